@@ -59,10 +59,10 @@ class StepOutcome:
     timestamp: float = field(default=0.0)  # time.time() at the end of the step
 
     def __post_init__(self) -> None:
-        if not 0 <= self.num_accepted <= self.proposed <= max(self.k, self.proposed):
+        if not 0 <= self.num_accepted <= self.proposed <= self.k:
             raise ValueError(
-                f"need 0 <= num_accepted <= proposed, got num_accepted={self.num_accepted}, "
-                f"proposed={self.proposed}"
+                f"need 0 <= num_accepted <= proposed <= k, got num_accepted={self.num_accepted}, "
+                f"proposed={self.proposed}, k={self.k}"
             )
 
     @property
