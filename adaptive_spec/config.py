@@ -1,0 +1,56 @@
+"""Generation parameters, named as in transformers' GenerationConfig, validated once at entry."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from adaptive_spec.errors import InvalidParameterError
+
+MAX_DRAFT_LEN = 64  # verifying more tokens than this in one pass never paid off on any device we measured
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 128  # enough for a demo answer; raise it for long outputs
+    do_sample: bool = False  # greedy by default: reproducible, and the lossless claim is exact
+    temperature: float = 1.0  # applied identically to the target's p and the draft's q
+    top_k: int = 0  # 0 disables top-k filtering
+    top_p: float = 1.0  # 1.0 disables nucleus filtering
+    seed: int | None = None  # seeds the sampler's generator; None draws a fresh seed
+    stop_strings: tuple[str, ...] = field(default_factory=tuple)  # stop once the text contains one
+    ignore_eos: bool = False  # benchmarks set it so every config generates the same length
+
+    def __post_init__(self) -> None:
+        validate_generation(self)
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0 means greedy even with do_sample, as in most serving stacks."""
+        return not self.do_sample or self.temperature == 0.0
+
+
+def validate_generation(cfg: GenerationConfig) -> None:
+    if isinstance(cfg.max_new_tokens, bool) or not isinstance(cfg.max_new_tokens, int) or cfg.max_new_tokens < 1:
+        raise InvalidParameterError("max_new_tokens", cfg.max_new_tokens, "must be an integer >= 1")
+    if not _finite(cfg.temperature) or cfg.temperature < 0:
+        raise InvalidParameterError("temperature", cfg.temperature, "must be a finite number >= 0")
+    if isinstance(cfg.top_k, bool) or not isinstance(cfg.top_k, int) or cfg.top_k < 0:
+        raise InvalidParameterError("top_k", cfg.top_k, "must be an integer >= 0 (0 disables it)")
+    if not _finite(cfg.top_p) or not 0.0 < cfg.top_p <= 1.0:
+        raise InvalidParameterError("top_p", cfg.top_p, "must be in (0, 1]")
+    if cfg.seed is not None and (isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int)):
+        raise InvalidParameterError("seed", cfg.seed, "must be an integer or None")
+    for stop in cfg.stop_strings:
+        if not isinstance(stop, str) or not stop:
+            raise InvalidParameterError("stop_strings", cfg.stop_strings, "must be non-empty strings")
+
+
+def validate_draft_len(k: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_DRAFT_LEN:
+        raise InvalidParameterError("k", k, f"must be an integer in [0, {MAX_DRAFT_LEN}]")
+    return k
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,274 @@
+"""The speculative decoding loop.
+
+Invariant: the target's KV cache holds every committed token except the last one, the *pending*
+token, whose successor has not been scored yet. A step feeds ``[pending] + drafts`` to the
+target in one forward pass, which scores the pending token's successor and every draft at once;
+the verifier keeps an accepted prefix plus one recovered or bonus token, and the cache is cropped
+back to the committed tokens. ``k = 0`` is plain decoding through the very same loop.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from typing import Generator
+
+import torch
+
+from adaptive_spec.cached_lm import CachedLM
+from adaptive_spec.config import GenerationConfig, validate_draft_len
+from adaptive_spec.drafters.base import Drafter, NoDrafter, Proposal
+from adaptive_spec.errors import InvalidParameterError
+from adaptive_spec.models import LoadedModel
+from adaptive_spec.result import GenerationResult, GenerationStats
+from adaptive_spec.sampling import logits_to_probs, sample
+from adaptive_spec.verifier import Verdict, rejection_sample, verify_greedy
+from policies.base import Policy
+from policies.outcome import PLAIN, StepOutcome
+from policies.static import StaticPolicy
+
+_EMPTY = Proposal(tokens=[])
+
+
+class SpeculativeDecoder:
+    """Target model + drafters + a policy choosing (drafter, k) every step.
+
+    >>> decoder = SpeculativeDecoder(load_model("smollm2"), [NgramDrafter()], StaticPolicy("ngram", 8))
+    >>> decoder.generate("Repeat: the quick brown fox", max_new_tokens=32).text
+    """
+
+    def __init__(
+        self,
+        target: LoadedModel,
+        drafters: Iterable[Drafter] = (),
+        policy: Policy | None = None,
+        chat_template: bool | None = None,
+    ) -> None:
+        self.target_model = target
+        self.tokenizer = target.tokenizer
+        self.target = CachedLM(target.model)
+        self.device = self.target.device
+        self.drafters: dict[str, Drafter] = {PLAIN: NoDrafter()}
+        for drafter in drafters:
+            self.add_drafter(drafter)
+        self.policy: Policy = policy or StaticPolicy(PLAIN, 0)
+        has_template = getattr(self.tokenizer, "chat_template", None) is not None
+        if chat_template and not has_template:
+            raise InvalidParameterError("chat_template", chat_template, f"model {target.name!r} has no chat template")
+        self.chat_template = has_template if chat_template is None else chat_template
+        self.eos_ids = _eos_ids(target)
+
+    def add_drafter(self, drafter: Drafter) -> None:
+        if drafter.vocab_size is not None and drafter.vocab_size != self.target.vocab_size:
+            raise InvalidParameterError(
+                "drafter", drafter.name, f"vocabulary size {drafter.vocab_size} differs from the target's {self.target.vocab_size}"
+            )
+        self.drafters[drafter.name] = drafter
+
+    # -- prompts -----------------------------------------------------------------------------------
+
+    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise InvalidParameterError("prompt", prompt, "must be non-empty text")
+            if self.chat_template:
+                encoded = self.tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+                )
+                ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+                return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+            return list(self.tokenizer(prompt)["input_ids"])
+        ids = list(prompt)
+        if not ids:
+            raise InvalidParameterError("prompt", prompt, "must contain at least one token")
+        vocab = self.target.vocab_size
+        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab]
+        if bad:
+            raise InvalidParameterError("prompt", bad[:5], f"token ids must be integers in [0, {vocab})")
+        return ids
+
+    # -- public API --------------------------------------------------------------------------------
+
+    def generate(
+        self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None, **overrides
+    ) -> GenerationResult:
+        """Generate a completion; ``overrides`` are GenerationConfig fields (``max_new_tokens=...``)."""
+        steps = self._decode(prompt, _config(config, overrides), policy or self.policy)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def stream(
+        self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None, **overrides
+    ) -> Iterator[str]:
+        """Yield text as soon as it is accepted. Text that could still become a stop string is held back."""
+        cfg = _config(config, overrides)
+        steps = self._decode(prompt, cfg, policy or self.policy)
+        holdback = max((len(s) for s in cfg.stop_strings), default=1) - 1
+        generated: list[int] = []
+        sent = 0
+        while True:
+            try:
+                generated.extend(next(steps))
+            except StopIteration as done:
+                text = done.value.text
+                if len(text) > sent:
+                    yield text[sent:]
+                return
+            text = self.tokenizer.decode(generated, skip_special_tokens=True)
+            safe = len(text) - holdback
+            if text.endswith("\ufffd"):  # a multi-byte character split across tokens: wait for the rest
+                safe = min(safe, len(text.rstrip("\ufffd")))
+            if safe > sent:
+                yield text[sent:safe]
+                sent = safe
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def _decode(self, prompt, cfg: GenerationConfig, policy: Policy) -> Generator[list[int], None, GenerationResult]:
+        prompt_ids = self.encode_prompt(prompt)
+        limit = self.target_model.max_context
+        if len(prompt_ids) + cfg.max_new_tokens > limit:
+            raise InvalidParameterError(
+                "max_new_tokens", cfg.max_new_tokens, f"prompt ({len(prompt_ids)} tokens) + max_new_tokens exceeds the model's context of {limit}"
+            )
+        generator = None
+        if not cfg.greedy:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(cfg.seed if cfg.seed is not None else secrets.randbits(63))
+        for drafter in self.drafters.values():
+            drafter.reset()
+        self.target.reset()
+        stats = GenerationStats(prompt_tokens=len(prompt_ids))
+        records: list[StepOutcome] = []
+        stop_reason = None
+
+        # 1. prefill: the target reads the prompt; its last position gives the first new token
+        start = self._now()
+        logits = self.target.extend(prompt_ids, num_logits=1)  # [1, vocab]
+        first = verify_greedy([], logits).next_token if cfg.greedy else int(sample(self._probs(logits, cfg), generator)[0])
+        stats.prefill_s = self._now() - start
+        context = prompt_ids + [first]
+        generated: list[int] = []
+        new, stop_reason = self._finish([first], generated, cfg)
+        yield new
+
+        decode_start = self._now()
+        while stop_reason is None:
+            # 2. ask the controller, then cap k so a step never overshoots max_new_tokens
+            action = policy.decide()
+            drafter = self.drafters.get(action.drafter)
+            if drafter is None:
+                raise InvalidParameterError("drafter", action.drafter, f"not loaded; loaded: {', '.join(self.drafters)}")
+            k = min(validate_draft_len(action.k), cfg.max_new_tokens - len(generated) - 1)
+            if drafter.name == PLAIN:
+                k = 0
+
+            # 3. draft
+            t0 = self._now()
+            proposal = drafter.propose(context, k, cfg, generator) if k > 0 else _EMPTY
+            drafts = proposal.tokens[:k]
+            t1 = self._now()
+
+            # 4. verify: one target pass over the pending token and every draft
+            assert len(self.target.tokens) == len(context) - 1, "target cache out of step with the context"
+            logits = self.target.extend([context[-1], *drafts], num_logits=len(drafts) + 1)  # [k+1, vocab]
+            verdict = self._verify(drafts, proposal, logits, cfg, generator)
+
+            # 5. roll back the rejected drafts' keys and values: cache = context + accepted drafts
+            self.target.rollback(len(context) + verdict.num_accepted)
+            t2 = self._now()
+
+            # 6. emit accepted + recovered/bonus tokens, stopping at EOS, stop strings or the budget
+            step_tokens = [*drafts[: verdict.num_accepted], verdict.next_token]
+            context.extend(step_tokens)
+            new, stop_reason = self._finish(step_tokens, generated, cfg)
+            outcome = StepOutcome(
+                drafter=drafter.name, k=k, proposed=len(drafts), num_accepted=verdict.num_accepted, emitted=len(new),
+                draft_s=t1 - t0, verify_s=t2 - t1, context_len=len(context) - len(step_tokens),
+                draft_confidences=proposal.confidences[: len(drafts)] if proposal.confidences else None,
+                timestamp=time.time(),
+            )
+            # 7. record and let the controller learn
+            stats.add_step(outcome)
+            records.append(outcome)
+            policy.observe(outcome)
+            yield new
+
+        stats.decode_s = self._now() - decode_start
+        stats.new_tokens = len(generated)
+        text = self.tokenizer.decode(generated, skip_special_tokens=True)
+        return GenerationResult(text=text, token_ids=generated, finish_reason=stop_reason, stats=stats, steps=records)
+
+    def _verify(self, drafts, proposal: Proposal, logits, cfg: GenerationConfig, generator) -> Verdict:
+        if cfg.greedy:
+            return verify_greedy(drafts, logits)
+        q = proposal.probs[: len(drafts)] if proposal.probs is not None else None
+        return rejection_sample(drafts, q, self._probs(logits, cfg), generator)
+
+    @staticmethod
+    def _probs(logits: torch.Tensor, cfg: GenerationConfig) -> torch.Tensor:
+        return logits_to_probs(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+
+    def _finish(self, step_tokens: list[int], generated: list[int], cfg: GenerationConfig) -> tuple[list[int], str | None]:
+        """Append the step's tokens to ``generated`` up to the first stop; return them and the reason."""
+        new: list[int] = []
+        reason = None
+        for token in step_tokens:
+            new.append(token)
+            generated.append(token)
+            if not cfg.ignore_eos and token in self.eos_ids:
+                reason = "eos"
+                break
+            if len(generated) >= cfg.max_new_tokens:
+                reason = "length"
+                break
+        if cfg.stop_strings:
+            keep = self._stop_string_cut(generated, len(new), cfg.stop_strings)
+            if keep is not None:
+                del new[len(new) - (len(generated) - keep) :]
+                del generated[keep:]
+                reason = "stop"
+        return new, reason
+
+    def _stop_string_cut(self, generated: list[int], num_new: int, stops: tuple[str, ...]) -> int | None:
+        """Shortest prefix length of ``generated`` whose text contains a stop string, if any.
+
+        Earlier steps were already checked, so only prefixes ending in this step's tokens can match.
+        """
+        def hit(m: int) -> bool:
+            text = self.tokenizer.decode(generated[:m], skip_special_tokens=True)
+            return any(stop in text for stop in stops)
+
+        if not hit(len(generated)):
+            return None
+        for m in range(len(generated) - num_new + 1, len(generated) + 1):
+            if hit(m):
+                return m
+        return len(generated)
+
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+
+def _config(config: GenerationConfig | None, overrides: dict) -> GenerationConfig:
+    if config is None:
+        return GenerationConfig(**overrides)
+    return replace(config, **overrides) if overrides else config
+
+
+def _eos_ids(target: LoadedModel) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (getattr(target.model, "generation_config", None), target.tokenizer):
+        eos = getattr(source, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, (list, tuple)):
+            ids.update(int(e) for e in eos)
+    return frozenset(ids)

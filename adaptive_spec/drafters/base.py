@@ -1,0 +1,56 @@
+"""The drafter interface: propose up to ``k`` next tokens for a context.
+
+Two methods, like transformers' CandidateGenerator: ``propose`` and ``reset``. A drafter that
+returns probabilities (``q``) gets exact rejection sampling against them; one that returns none is
+treated as deterministic (``q`` one-hot on each proposed token), which is also exact.
+
+To plug in your own, subclass ``Drafter`` and pass an instance to ``SpeculativeDecoder``::
+
+    class EchoDrafter(Drafter):
+        name = "echo"
+        def propose(self, context, k, config, generator):
+            return Proposal(tokens=context[-k:])
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+
+from adaptive_spec.config import GenerationConfig
+
+
+@dataclass
+class Proposal:
+    tokens: list[int]  # proposed ids, at most k
+    probs: torch.Tensor | None = None  # [len(tokens), vocab] the draft's q after warping, or None
+    confidences: tuple[float, ...] | None = None  # q of each proposed token (features for the controller)
+
+    def __post_init__(self) -> None:
+        if self.probs is not None and self.probs.shape[0] != len(self.tokens):
+            raise ValueError(f"probs must have one row per proposed token: {self.probs.shape[0]} != {len(self.tokens)}")
+
+
+class Drafter(ABC):
+    name: str = "drafter"
+    vocab_size: int | None = None  # None: proposes ids only, no distribution over a vocabulary
+
+    @abstractmethod
+    def propose(
+        self, context: list[int], k: int, config: GenerationConfig, generator: torch.Generator | None
+    ) -> Proposal:
+        """Up to ``k`` tokens continuing ``context`` (prompt + everything generated so far)."""
+
+    def reset(self) -> None:
+        """Forget per-request state (caches). Called at the start of every generation."""
+
+
+class NoDrafter(Drafter):
+    """Proposes nothing: the step is plain decoding through the same loop."""
+
+    name = "none"
+
+    def propose(self, context, k, config, generator) -> Proposal:
+        return Proposal(tokens=[])

@@ -1,0 +1,52 @@
+"""Prompt lookup: propose the tokens that followed the last occurrence of the current suffix.
+
+When an answer repeats its prompt (rewrites, extraction, code edits), the tokens after the most
+recent earlier occurrence of the last ``n`` tokens are an excellent guess, at almost no cost
+(Saxena 2023, "prompt lookup decoding"; vLLM's ngram proposer). Longer n-grams are tried first
+because they are more specific.
+
+Worked example: context ``[1, 2, 3, 4, 9, 1, 2]``, ``max_ngram=3``, ``k=2``. The 3-gram
+``[9, 1, 2]`` never occurred before; the 2-gram ``[1, 2]`` occurred at index 0, followed by
+``[3, 4]``: the proposal is ``[3, 4]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from adaptive_spec.drafters.base import Drafter, Proposal
+from adaptive_spec.errors import InvalidParameterError
+
+
+def find_ngram_continuation(context: np.ndarray, k: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
+    """Tokens following the most recent earlier match of the context's suffix (longest n first).
+
+    context: [T] token ids
+    """
+    total = context.shape[0]
+    for n in range(min(max_ngram, total - 1), min_ngram - 1, -1):
+        suffix = context[total - n :]
+        # windows[i] = context[i : i + n] for every start whose window ends before the suffix does
+        windows = np.lib.stride_tricks.sliding_window_view(context[: total - 1], n)
+        hits = np.flatnonzero((windows == suffix).all(axis=1))
+        if hits.size:
+            start = int(hits[-1]) + n
+            return context[start : start + k].tolist()
+    return []
+
+
+class NgramDrafter(Drafter):
+    name = "ngram"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        # 3 as in vLLM's default prompt_lookup_max: long enough to be specific, short enough to hit
+        if not 1 <= min_ngram <= max_ngram:
+            raise InvalidParameterError("max_ngram", max_ngram, f"need 1 <= min_ngram ({min_ngram}) <= max_ngram")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def propose(self, context, k, config, generator) -> Proposal:
+        if k <= 0 or len(context) < 2:
+            return Proposal(tokens=[])
+        tokens = find_ngram_continuation(np.asarray(context, dtype=np.int64), k, self.max_ngram, self.min_ngram)
+        return Proposal(tokens=tokens)
