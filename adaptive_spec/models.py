@@ -129,14 +129,7 @@ def ensure_converted(builtin: BuiltinModel, cache_root: Path) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{builtin.cache_key}.", dir=final.parent))
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        # the GGUF quantizer state must go, or save_pretrained refuses / reload re-quantizes
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
+        convert_gguf(gguf, tmp)
         write_manifest(tmp)
         try:
             tmp.rename(final)
@@ -146,6 +139,18 @@ def ensure_converted(builtin: BuiltinModel, cache_root: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Dequantize a GGUF file to an fp32 safetensors folder (model + tokenizer)."""
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # the GGUF quantizer state must go, or save_pretrained refuses / reload re-quantizes
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
 
 
 def _fingerprint(path: Path) -> str:
