@@ -57,6 +57,9 @@ class StepOutcome:
     draft_confidences: tuple[float, ...] | None = None
     key: str = ""  # traffic key (model + route, or caller-given) the step belongs to
     timestamp: float = field(default=0.0)  # time.time() at the end of the step
+    # per proposed token: entropy (nats) of the drafter's q at that position (None: unknown), an
+    # optional early-stop feature. Last field so that positional construction is unchanged.
+    draft_entropies: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.num_accepted <= self.proposed <= self.k:

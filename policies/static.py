@@ -22,3 +22,6 @@ class StaticPolicy:
 
     def observe(self, outcome: StepOutcome) -> None:
         pass
+
+    def drain_events(self) -> list:
+        return []

@@ -1,0 +1,313 @@
+"""The default controller: goodput-optimal drafter and k from measured acceptance and costs.
+
+Each step it answers "which drafter, how many drafts (0: none)?" by putting together:
+
+1. ``AcceptanceProfile`` per drafter - decayed per-position acceptance (``policies.acceptance``).
+2. ``CostModel`` - measured plain, verify and draft seconds (``policies.costs``).
+3. ``best_draft_len`` - per drafter, the ``k >= 1`` maximising expected tokens per second
+   (``policies.goodput``).
+4. ``DiscountedUCB`` - the drafter with the highest predicted speed plus an exploration bonus that
+   grows while a drafter is not used (``policies.bandit``), so a drafter that recovered gets
+   noticed; plain decoding when even that optimistic index is below plain speed.
+5. ``SpeculationGuard`` - a measured never-slower switch with plain probes while on and a backoff
+   schedule of speculative probe bursts while off (``policies.guard``).
+6. ``PageHinkley`` per drafter - a collapse in acceptance becomes an ``AcceptanceCollapse`` event
+   (read them with ``drain_events``) and wipes that drafter's profile so the model re-learns at once
+   instead of at the speed of its half-life (``policies.change``).
+7. Optionally an early stop per drafter, trained from ``StepOutcome.draft_confidences``
+   (``policies.early_stop``); the drafter loop fetches it with ``early_stop(drafter)``.
+
+``decide`` only reads state (calling it twice returns the same action); all learning happens in
+``observe``, which accepts outcomes of actions it did not choose (overrides, other requests of
+the same traffic key). The policy has no randomness: ``seed`` only seeds the early stop's SGD.
+Not thread-safe: steps of one traffic key must be fed in sequence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.acceptance import AcceptanceProfile, expected_tokens_by_k
+from policies.bandit import DiscountedUCB
+from policies.change import AcceptanceCollapse, DetectorConfig, PageHinkley, step_acceptance
+from policies.costs import CostModel
+from policies.goodput import best_draft_len
+from policies.guard import GuardConfig, SpeculationGuard
+from policies.outcome import PLAIN, Action, StepOutcome
+from policies.validation import check_int, check_positive, check_range
+
+EARLY_STOP_MODES = ("learned", "threshold", "off")
+_PLAIN_ACTION = Action(PLAIN, 0)
+
+
+@dataclass(frozen=True)
+class AdaptiveConfig:
+    # longest draft considered: verify costs were measured for 2-16 tokens on the target CPUs;
+    # beyond that the cost line extrapolates and KV rollback grows
+    max_k: int = 16
+    # acceptance forgets with a 50-step half-life: ~72 effective steps (+-0.06 on a rate of 0.6),
+    # and a traffic shift is half absorbed in ~2 s at 25 steps/s
+    acceptance_half_life_steps: float = 50.0
+    # prior acceptance for a drafter never observed: middling, and worth 2 draft tokens of evidence
+    prior_acceptance: float = 0.5
+    prior_weight: float = 2.0
+    # a position needs ~8 trials before its own rate outweighs the drafter's pooled rate
+    shrink_weight: float = 8.0
+    # costs drift slower than acceptance (machine load, context length): 100-step half-life
+    cost_half_life_steps: float = 100.0
+    # verify prior, in units of a plain step: 1.5 + 0.05 k, a little cheaper than the 1.8-2.5x
+    # measured on a 2-core CPU, so that speculation gets tried; one measured step replaces it
+    verify_prior_intercept: float = 1.5
+    verify_prior_slope: float = 0.05
+    # how hard the cost-line slopes are pulled to their prior, in (draft tokens)^2 x steps:
+    # about 1 step at k = 4 away from the mean
+    slope_prior_strength: float = 16.0
+    # drafter bandit: discount 0.98 per speculative step = a window of ~50 steps
+    bandit_discount: float = 0.98
+    # exploration bonus scale in units of plain speed: retries an abandoned drafter that trails
+    # by 0.5x plain speed after ~100-150 steps
+    bandit_exploration: float = 0.5
+    # probes draft at least this many tokens: at k = 1 a step yields at most 2 tokens for ~1.85
+    # plain steps, so a probe could never show a recovered drafter winning; k = 4 can show 2.5x
+    probe_min_k: int = 4
+    # "learned" (SGD logistic regression), "threshold" (transformers' 0.4 rule) or "off"
+    early_stop: str = "learned"
+    # the probability below which drafting stops (q for "threshold", P(accept) for "learned")
+    early_stop_threshold: float = 0.4
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+
+    def __post_init__(self) -> None:
+        check_int("max_k", self.max_k, 1, 256)
+        check_positive("acceptance_half_life_steps", self.acceptance_half_life_steps)
+        check_range("prior_acceptance", self.prior_acceptance, 0.0, 1.0, low_open=True, high_open=True)
+        check_positive("prior_weight", self.prior_weight)
+        check_positive("shrink_weight", self.shrink_weight)
+        check_positive("cost_half_life_steps", self.cost_half_life_steps)
+        check_positive("verify_prior_intercept", self.verify_prior_intercept)
+        check_range("verify_prior_slope", self.verify_prior_slope, 0.0, 10.0)
+        check_positive("slope_prior_strength", self.slope_prior_strength)
+        check_range("bandit_discount", self.bandit_discount, 0.0, 1.0, low_open=True)
+        check_positive("bandit_exploration", self.bandit_exploration)
+        check_int("probe_min_k", self.probe_min_k, 1)
+        if self.early_stop not in EARLY_STOP_MODES:
+            raise ValueError(f"early_stop must be one of {EARLY_STOP_MODES}, got early_stop={self.early_stop!r}")
+        check_range("early_stop_threshold", self.early_stop_threshold, 0.0, 1.0)
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> AdaptiveConfig:
+        """Build from flat keyword arguments; guard and detector fields may be given flat too.
+
+        >>> AdaptiveConfig.from_kwargs(max_k=8, backoff_max=64).guard.backoff_max
+        64
+        """
+        own = {f.name for f in dataclasses.fields(cls)}
+        guard_names = {f.name for f in dataclasses.fields(GuardConfig)}
+        detector_names = {f.name for f in dataclasses.fields(DetectorConfig)}
+        own_kw, guard_kw, detector_kw = {}, {}, {}
+        for name, value in kwargs.items():
+            if name in own:
+                own_kw[name] = value
+            elif name in guard_names:
+                guard_kw[name] = value
+            elif name in detector_names:
+                detector_kw[name] = value
+            else:
+                known = sorted(own | guard_names | detector_names)
+                raise ValueError(f"unknown adaptive policy parameter {name}={value!r}; known: {', '.join(known)}")
+        if guard_kw:
+            own_kw["guard"] = dataclasses.replace(own_kw.get("guard", GuardConfig()), **guard_kw)
+        if detector_kw:
+            own_kw["detector"] = dataclasses.replace(own_kw.get("detector", DetectorConfig()), **detector_kw)
+        return cls(**own_kw)
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterPlan:
+    """The cost model's best speculative choice for one drafter."""
+
+    drafter: str
+    k: int
+    tokens_per_s: float  # predicted goodput at that k
+    acceptance: float  # pooled per-position acceptance estimate
+
+
+class AdaptivePolicy:
+    """Goodput-maximising (drafter, k) with a never-slower guard; see the module docstring."""
+
+    name = "adaptive"
+
+    def __init__(self, drafters: Sequence[str], config: AdaptiveConfig | None = None, seed: int = 0,
+                 key: str = "") -> None:
+        check_int("seed", seed, 0)
+        self.config = cfg = config or AdaptiveConfig()
+        self.drafters = [d for d in dict.fromkeys(drafters) if d != PLAIN]
+        self.seed = seed
+        self.key = key
+        self.profiles = {
+            d: AcceptanceProfile(cfg.max_k, cfg.acceptance_half_life_steps, cfg.prior_acceptance,
+                                 cfg.prior_weight, cfg.shrink_weight)
+            for d in self.drafters
+        }
+        self.detectors = {d: PageHinkley(cfg.detector) for d in self.drafters}
+        self.costs = CostModel(cfg.cost_half_life_steps, cfg.verify_prior_intercept,
+                               cfg.verify_prior_slope, cfg.slope_prior_strength)
+        self.bandit = (DiscountedUCB(self.drafters, cfg.bandit_discount, cfg.bandit_exploration)
+                       if self.drafters else None)
+        self.guard = SpeculationGuard(cfg.guard)
+        self.steps = 0
+        self._events: list[AcceptanceCollapse] = []
+        self._stoppers: dict[str, Any] = {}
+        self._plans: dict[str, DrafterPlan] | None = None  # cache, cleared by observe
+        self._tokens_by_k: dict[str, list[float]] = {}  # per-drafter caches, cleared when it is observed
+        self._draft_s_by_k: dict[str, list[float]] = {}
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def plans(self) -> dict[str, DrafterPlan]:
+        """Each drafter's best ``k >= 1`` and predicted tokens/s under the current estimates."""
+        if self._plans is not None:
+            return self._plans
+        max_k = self.config.max_k
+        verify = self.costs.verify_s_by_k(max_k)
+        plans = {}
+        for drafter in self.drafters:
+            profile = self.profiles[drafter]
+            # a drafter's expected tokens and draft costs change only when it is observed itself
+            tokens = self._tokens_by_k.get(drafter)
+            if tokens is None:
+                tokens = self._tokens_by_k[drafter] = expected_tokens_by_k(profile.conditional_rates())
+            draft = self._draft_s_by_k.get(drafter)
+            if draft is None:
+                draft = self._draft_s_by_k[drafter] = self.costs.draft_s_by_k(drafter, max_k)
+            seconds = [v + d for v, d in zip(verify, draft)]
+            if math.isnan(seconds[0]):  # plain speed unknown: nothing can be priced yet
+                k, rate = 1, math.nan
+            else:
+                k, rate = best_draft_len(tokens, seconds, min_k=1)
+            plans[drafter] = DrafterPlan(drafter, k, rate, profile.pooled_rate)
+        self._plans = plans
+        return plans
+
+    def plain_tokens_per_s(self) -> float:
+        plain_s = self.costs.plain_s()
+        return 1.0 / plain_s if plain_s > 0 else math.nan
+
+    def k_for(self, drafter: str) -> int:
+        """The draft length this policy would use with ``drafter`` (for overrides forcing one)."""
+        plan = self.plans().get(drafter)
+        return plan.k if plan is not None else 1
+
+    def decide(self) -> Action:
+        if not self.drafters:
+            return _PLAIN_ACTION
+        guard = self.guard
+        # 1. a probe burst is due or under way: speculate with the bandit's pick, winning or not
+        if guard.wants_spec_probe():
+            drafter, _ = self._select_drafter()
+            probe_k = min(self.config.probe_min_k, self.config.max_k)
+            return Action(drafter, max(self.plans()[drafter].k, probe_k))
+        # 2. the measured guard says speculation loses: plain until the next probe
+        if not guard.allowed:
+            return _PLAIN_ACTION
+        # 3. keep plain speed measured while speculating
+        if guard.wants_plain_probe():
+            return _PLAIN_ACTION
+        # 4. discounted UCB over drafters, with the cost model's predicted speed as each mean;
+        #    plain decoding when even the most optimistic index does not beat it
+        drafter, index = self._select_drafter()
+        if not index > 1.0:
+            return _PLAIN_ACTION
+        return Action(drafter, self.plans()[drafter].k)
+
+    def _select_drafter(self) -> tuple[str, float]:
+        """The drafter with the highest UCB index and that index, in units of plain speed."""
+        plans = self.plans()
+        plain_s = self.costs.plain_s()
+        means = {d: p.tokens_per_s * plain_s for d, p in plans.items()}  # NaN before plain is measured
+        drafter = self.bandit.select(self.drafters, means)
+        return drafter, self.bandit.index(drafter, means[drafter])
+
+    # -- learning -------------------------------------------------------------------------------
+
+    def observe(self, outcome: StepOutcome) -> None:
+        self.steps += 1
+        self._plans = None
+        self._tokens_by_k.pop(outcome.drafter, None)
+        self._draft_s_by_k.pop(outcome.drafter, None)
+        self.costs.update(outcome.drafter, outcome.k, outcome.proposed, outcome.draft_s, outcome.verify_s)
+        if outcome.k == 0 or outcome.drafter == PLAIN:
+            self.guard.observe_plain()
+            return
+        plain_s = self.costs.plain_s()
+        tokens = outcome.num_accepted + 1  # accepted + recovered/bonus; a stop cut is not the drafter's doing
+        seconds = max(outcome.step_s, 1e-9)
+        self.guard.observe_spec(tokens, seconds, 1.0 / plain_s if plain_s > 0 else math.nan)
+        profile = self.profiles.get(outcome.drafter)
+        if profile is None:
+            return  # a drafter this policy does not choose among (forced by an override)
+        profile.update(outcome.k, outcome.num_accepted)
+        if plain_s > 0:
+            self.bandit.update(outcome.drafter, tokens / seconds * plain_s)  # 1.0 = plain speed
+        self._detect(outcome)
+        stopper = self._stoppers.get(outcome.drafter)
+        if stopper is not None and outcome.draft_confidences:
+            stopper.learn_step(outcome.draft_confidences, outcome.num_accepted, outcome.draft_entropies)
+
+    def _detect(self, outcome: StepOutcome) -> None:
+        alarm = self.detectors[outcome.drafter].update(step_acceptance(outcome.k, outcome.num_accepted))
+        if alarm is None:
+            return
+        before, after, since = alarm
+        self._events.append(AcceptanceCollapse(self.steps, outcome.timestamp, outcome.drafter, self.key,
+                                               before, after, since))
+        # the old profile describes traffic that is gone: start again from the prior
+        self.profiles[outcome.drafter].reset()
+
+    def drain_events(self) -> list[AcceptanceCollapse]:
+        """Collapse events since the last call (oldest first); the list is emptied."""
+        events, self._events = self._events, []
+        return events
+
+    # -- early stop -----------------------------------------------------------------------------
+
+    def early_stop(self, drafter: str):
+        """The early-stop object for ``drafter`` (``None`` when ``early_stop="off"``).
+
+        Created on first use, so scikit-learn is imported only by policies that use it. See
+        ``policies.early_stop`` for how a drafter loop calls it; ``observe`` trains it from
+        ``StepOutcome.draft_confidences``.
+        """
+        mode = self.config.early_stop
+        if mode == "off":
+            return None
+        stopper = self._stoppers.get(drafter)
+        if stopper is None:
+            from policies import early_stop  # sklearn is heavy to import; only when used
+
+            if mode == "threshold":
+                stopper = early_stop.ConfidenceThreshold(self.config.early_stop_threshold)
+            else:
+                learned = early_stop.LearnedEarlyStopConfig(stop_below=self.config.early_stop_threshold)
+                stopper = early_stop.LearnedEarlyStop(learned, seed=(self.seed + zlib.crc32(drafter.encode())) % 2**32)
+            self._stoppers[drafter] = stopper
+        return stopper
+
+    # -- telemetry ------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """A snapshot for telemetry and debugging (rates are derived from the counters here)."""
+        return {
+            "steps": self.steps,
+            "speculation_allowed": self.guard.allowed,
+            "probing": self.guard.probing,
+            "guard_switches": self.guard.switches,
+            "probe_backoff": self.guard.backoff,
+            "plain_s": self.costs.plain_s(),
+            "plans": {d: dataclasses.asdict(p) for d, p in self.plans().items()},
+        }

@@ -1,0 +1,130 @@
+"""An online cost model: seconds to draft ``k`` tokens and to verify them, measured, not assumed.
+
+Three quantities, each fitted from ``StepOutcome.draft_s`` / ``verify_s`` with forgetting:
+
+- ``plain_s``: one target forward of one token (steps that verified no draft tokens). Measured
+  separately because it is not on the line below: on a 2-core CPU a forward of 2 tokens already
+  costs ~1.8x a forward of 1, while 2..16 tokens rise only to ~2.5x.
+- ``verify_s(k) ~ intercept + slope * k`` for ``k >= 1`` drafts (a forward of ``k + 1`` tokens plus
+  the acceptance test), shared by all drafters since it is the target's cost.
+- ``draft_s(drafter, k) ~ intercept + slope * k`` per drafter (an n-gram lookup is ~constant, a
+  small model costs per token).
+
+Each line is a decayed least-squares fit whose slope is pulled toward a prior (ridge on the slope):
+with a single distinct ``k`` observed the slope is not identified, and the prior is what lets the
+controller price a ``k`` it has never tried (interpolation and extrapolation along the line). The
+verify prior is deliberately a little optimistic so that longer drafts get tried; one measured step
+at a new ``k`` corrects it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from policies.decayed import DecayedMean, decay_for_half_life
+
+
+class DecayedLinearFit:
+    """Weighted least squares of ``y ~ intercept + slope * x`` with exponential forgetting.
+
+    Keeps five decayed sums, so an update is O(1). ``coefficients(prior_slope, strength)`` solves
+
+        min  sum_i w_i (y_i - intercept - slope x_i)^2 + strength * (slope - prior_slope)^2
+
+    whose solution, with ``x_bar``/``y_bar`` the weighted means and ``Sxx``/``Sxy`` the centred
+    weighted sums, is ``slope = (Sxy + strength * prior_slope) / (Sxx + strength)`` and
+    ``intercept = y_bar - slope * x_bar``.
+    """
+
+    __slots__ = ("decay", "w", "wx", "wy", "wxx", "wxy")
+
+    def __init__(self, half_life: float) -> None:
+        self.decay = decay_for_half_life(half_life)
+        self.w = self.wx = self.wy = self.wxx = self.wxy = 0.0
+
+    def update(self, x: float, y: float) -> None:
+        d = self.decay
+        self.w = self.w * d + 1.0
+        self.wx = self.wx * d + x
+        self.wy = self.wy * d + y
+        self.wxx = self.wxx * d + x * x
+        self.wxy = self.wxy * d + x * y
+
+    @property
+    def has_data(self) -> bool:
+        return self.w > 0.0
+
+    def means(self) -> tuple[float, float]:
+        return self.wx / self.w, self.wy / self.w
+
+    def coefficients(self, prior_slope: float, strength: float) -> tuple[float, float]:
+        """``(intercept, slope)``; call only when ``has_data``."""
+        mean_x, mean_y = self.means()
+        sxx = max(self.wxx - self.w * mean_x * mean_x, 0.0)  # rounding can dip below 0
+        sxy = self.wxy - self.w * mean_x * mean_y
+        slope = (sxy + strength * prior_slope) / (sxx + strength)
+        return mean_y - slope * mean_x, slope
+
+
+class CostModel:
+    """Measured step costs in seconds: ``plain_s``, ``verify_s(k)``, ``draft_s(drafter, k)``.
+
+    Observe every ``StepOutcome`` through ``update``; predictions are NaN only for ``plain_s``
+    before the first step that verified no drafts (the adaptive policy takes one first).
+    """
+
+    def __init__(self, half_life_steps: float, verify_prior_intercept: float,
+                 verify_prior_slope: float, slope_prior_strength: float) -> None:
+        self.half_life_steps = half_life_steps
+        self.verify_prior_intercept = verify_prior_intercept  # in units of plain_s
+        self.verify_prior_slope = verify_prior_slope  # in units of plain_s per draft token
+        self.slope_prior_strength = slope_prior_strength
+        self.plain = DecayedMean(half_life_steps)
+        self.verify = DecayedLinearFit(half_life_steps)
+        self.draft: dict[str, DecayedLinearFit] = {}
+
+    def update(self, drafter: str, k: int, proposed: int, draft_s: float, verify_s: float) -> None:
+        # Verification cost follows what was actually verified (``proposed``), not what was asked.
+        if proposed == 0:
+            self.plain.update(verify_s)
+        else:
+            self.verify.update(proposed, verify_s)
+        if k > 0:
+            fit = self.draft.get(drafter)
+            if fit is None:
+                fit = self.draft[drafter] = DecayedLinearFit(self.half_life_steps)
+            fit.update(proposed, draft_s)
+
+    def plain_s(self) -> float:
+        return self.plain.value
+
+    def verify_s_by_k(self, max_k: int) -> list[float]:
+        """Predicted verify seconds for ``k = 0..max_k`` (entry 0 is ``plain_s``).
+
+        A forward over more tokens never costs less than over one, so predictions are floored at
+        ``plain_s``.
+        """
+        plain_s = self.plain.value
+        if math.isnan(plain_s):
+            return [math.nan] * (max_k + 1)
+        prior_slope = self.verify_prior_slope * plain_s
+        if self.verify.has_data:
+            intercept, slope = self.verify.coefficients(prior_slope, self.slope_prior_strength)
+        else:
+            intercept, slope = self.verify_prior_intercept * plain_s, prior_slope
+        return [plain_s] + [max(intercept + slope * k, plain_s) for k in range(1, max_k + 1)]
+
+    def draft_s_by_k(self, drafter: str, max_k: int) -> list[float]:
+        """Predicted draft seconds for ``k = 0..max_k``; zeros for a drafter never observed.
+
+        Zero for an untried drafter is optimism on purpose: trying it once is cheap and replaces
+        the guess. The slope prior is the measured mean cost per drafted token (a line through
+        the origin), the natural guess for a drafter that runs one forward per token.
+        """
+        fit = self.draft.get(drafter)
+        if fit is None:
+            return [0.0] * (max_k + 1)
+        mean_x, mean_y = fit.means()
+        prior_slope = mean_y / mean_x if mean_x > 0 else 0.0
+        intercept, slope = fit.coefficients(prior_slope, self.slope_prior_strength)
+        return [0.0] + [max(intercept + slope * k, 0.0) for k in range(1, max_k + 1)]

@@ -1,0 +1,142 @@
+"""The adaptive controller against a synthetic engine with a known truth."""
+
+import dataclasses
+from collections import Counter
+
+import pytest
+
+from policies.adaptive import AdaptiveConfig, AdaptivePolicy
+from policies.goodput import best_draft_len
+from policies.acceptance import expected_tokens_by_k
+from policies.outcome import Action, StepOutcome
+from policies.static import StaticPolicy
+from policies.synthetic import SyntheticCosts, SyntheticDrafter, SyntheticEnv, run_policy, tokens_per_second
+
+CHEAP_NGRAM = dict(draft_s_fixed=0.0001)  # ~0.1 ms per lookup, as measured
+
+
+def env_with(acceptance, seed=0, **costs):
+    return SyntheticEnv([SyntheticDrafter("ngram", acceptance, **CHEAP_NGRAM)], SyntheticCosts(**costs), seed=seed)
+
+
+def mean_k(outcomes):
+    return sum(o.k for o in outcomes) / len(outcomes)
+
+
+def speculative_fraction(outcomes):
+    return sum(o.k > 0 for o in outcomes) / len(outcomes)
+
+
+def test_k_grows_to_near_the_goodput_optimum_under_high_acceptance_and_cheap_drafts():
+    policy = AdaptivePolicy(["ngram"], AdaptiveConfig(max_k=12))
+    outcomes = run_policy(policy, env_with(0.85), 400)
+    modal_k = Counter(o.k for o in outcomes[-150:]).most_common(1)[0][0]
+    seconds = [1.0] + [1.8 + 0.05 * k + 0.0001 / 0.035 for k in range(1, 13)]
+    optimal_k, _ = best_draft_len(expected_tokens_by_k([0.85] * 12), seconds)
+    assert optimal_k >= 8
+    assert abs(modal_k - optimal_k) <= 2
+    assert speculative_fraction(outcomes[-150:]) > 0.95
+
+
+def test_k_shrinks_when_acceptance_falls():
+    env = env_with(0.9)
+    policy = AdaptivePolicy(["ngram"])
+    high = run_policy(policy, env, 300)
+    env.set_acceptance("ngram", 0.65)
+    low = run_policy(policy, env, 300)
+    assert mean_k(high[-100:]) > 12
+    assert 2 <= mean_k([o for o in low[-100:] if o.k > 0]) <= 8
+
+
+def test_speculation_turns_off_when_verify_cost_makes_it_lose_and_is_never_much_slower_than_plain():
+    env = env_with(0.6)
+    policy = AdaptivePolicy(["ngram"])
+    run_policy(policy, env, 300)
+    env.set_costs(verify_intercept=3.0)  # the machine got busy: verification now costs 3x a token
+    after = run_policy(policy, env, 700)
+    assert speculative_fraction(after[-400:]) < 0.15  # a lucky probe burst can re-enable it briefly
+    # the only losses left are the probe bursts: 4 speculative steps per 128 plain ones at most
+    plain_speed = 1.0 / SyntheticCosts().plain_s
+    assert tokens_per_second(after[-400:]) >= 0.93 * plain_speed
+    assert policy.guard.backoff == policy.config.guard.backoff_max
+
+
+def test_speculation_recovers_after_probes_when_acceptance_comes_back():
+    env = env_with(0.05)
+    policy = AdaptivePolicy(["ngram"])
+    collapsed = run_policy(policy, env, 400)
+    assert speculative_fraction(collapsed[-200:]) < 0.1
+    probes = [i for i, o in enumerate(collapsed) if o.k > 0 and i >= 200]
+    assert probes, "no probe while off"
+    env.set_acceptance("ngram", 0.9)
+    recovered = run_policy(policy, env, 500)  # the next probe comes within backoff_max = 128 steps
+    assert speculative_fraction(recovered[-250:]) > 0.9
+    assert mean_k(recovered[-100:]) > 8
+
+
+def test_probe_backoff_doubles_while_speculation_keeps_losing():
+    policy = AdaptivePolicy(["ngram"])
+    run_policy(policy, env_with(0.02), 600)
+    assert policy.guard.backoff == policy.config.guard.backoff_max
+    assert not policy.guard.allowed
+
+
+def test_adaptive_beats_the_heuristic_and_plain_at_moderate_acceptance():
+    from policies.heuristic import HeuristicPolicy
+
+    speeds = {}
+    for name, make in (("plain", StaticPolicy), ("heuristic", lambda: HeuristicPolicy("ngram")),
+                       ("adaptive", lambda: AdaptivePolicy(["ngram"]))):
+        speeds[name] = tokens_per_second(run_policy(make(), env_with(0.7, seed=3), 800))
+    assert speeds["adaptive"] > speeds["heuristic"] > speeds["plain"]
+
+
+def test_same_seed_same_decisions():
+    def trace(seed):
+        env = SyntheticEnv([SyntheticDrafter("ngram", 0.8, **CHEAP_NGRAM),
+                            SyntheticDrafter("int8", 0.6, draft_s_per_token=0.01, confidences=True)], seed=7)
+        policy = AdaptivePolicy(["ngram", "int8"], seed=seed)
+        return [(o.drafter, o.k) for o in run_policy(policy, env, 300)]
+
+    assert trace(0) == trace(0)
+
+
+def test_decide_only_reads_state():
+    policy = AdaptivePolicy(["ngram"])
+    run_policy(policy, env_with(0.8), 50)
+    assert len({policy.decide() for _ in range(5)}) == 1
+
+
+def test_outcomes_of_actions_it_did_not_choose_are_learned_from():
+    policy = AdaptivePolicy(["ngram"])
+    policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, 0.035))
+    policy.observe(StepOutcome("model:/m/x", 4, 4, 4, 5, 0.02, 0.07))  # forced by an override
+    policy.observe(StepOutcome("ngram", 4, 2, 2, 3, 0.0001, 0.065))
+    assert policy.costs.plain_s() == pytest.approx(0.035)
+    assert policy.profiles["ngram"].steps == 1
+    assert isinstance(policy.decide(), Action)
+
+
+def test_no_drafters_means_plain_decoding():
+    assert AdaptivePolicy(["none"]).decide() == Action("none", 0)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("max_k", 0), ("acceptance_half_life_steps", -1.0), ("prior_acceptance", 1.0), ("bandit_discount", 0.0),
+     ("early_stop", "sometimes"), ("early_stop_threshold", 1.5)],
+)
+def test_invalid_config_names_the_parameter_and_value(field, value):
+    with pytest.raises(ValueError) as error:
+        AdaptiveConfig(**{field: value})
+    assert f"{field}=" in str(error.value) and repr(value) in str(error.value)
+
+
+def test_invalid_guard_and_detector_parameters_name_the_parameter():
+    with pytest.raises(ValueError, match=r"backoff_max must be an integer >= 8, got backoff_max=4"):
+        AdaptiveConfig.from_kwargs(backoff_max=4)
+    with pytest.raises(ValueError, match=r"threshold_sigmas must be a finite number > 0, got threshold_sigmas=0"):
+        AdaptiveConfig.from_kwargs(threshold_sigmas=0)
+    with pytest.raises(ValueError, match=r"unknown adaptive policy parameter k_max=4"):
+        AdaptiveConfig.from_kwargs(k_max=4)
+    assert dataclasses.replace(AdaptiveConfig(), max_k=8).max_k == 8
