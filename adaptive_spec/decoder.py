@@ -22,6 +22,7 @@ from adaptive_spec.config import GenerationConfig, validate_draft_len
 from adaptive_spec.drafters.base import Drafter, NoDrafter, Proposal
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.models import LoadedModel
+from adaptive_spec.observers import ObserverSet, RequestInfo
 from adaptive_spec.result import GenerationResult, GenerationStats
 from adaptive_spec.sampling import logits_to_probs, sample
 from adaptive_spec.verifier import Verdict, rejection_sample, verify_greedy
@@ -45,6 +46,7 @@ class SpeculativeDecoder:
         drafters: Iterable[Drafter] = (),
         policy: Policy | None = None,
         chat_template: bool | None = None,
+        observers: list | None = None,
     ) -> None:
         self.target_model = target
         self.tokenizer = target.tokenizer
@@ -59,6 +61,7 @@ class SpeculativeDecoder:
             raise InvalidParameterError("chat_template", chat_template, f"model {target.name!r} has no chat template")
         self.chat_template = has_template if chat_template is None else chat_template
         self.eos_ids = _eos_ids(target)
+        self.observers = ObserverSet(observers)
 
     def add_drafter(self, drafter: Drafter) -> None:
         if drafter.vocab_size is not None and drafter.vocab_size != self.target.vocab_size:
@@ -92,10 +95,11 @@ class SpeculativeDecoder:
     # -- public API --------------------------------------------------------------------------------
 
     def generate(
-        self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None, **overrides
+        self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None,
+        key: str = "", **overrides
     ) -> GenerationResult:
         """Generate a completion; ``overrides`` are GenerationConfig fields (``max_new_tokens=...``)."""
-        steps = self._decode(prompt, _config(config, overrides), policy or self.policy)
+        steps = self._decode(prompt, _config(config, overrides), policy or self.policy, key)
         while True:
             try:
                 next(steps)
@@ -103,11 +107,12 @@ class SpeculativeDecoder:
                 return done.value
 
     def stream(
-        self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None, **overrides
+        self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None,
+        key: str = "", **overrides
     ) -> Iterator[str]:
         """Yield text as soon as it is accepted. Text that could still become a stop string is held back."""
         cfg = _config(config, overrides)
-        steps = self._decode(prompt, cfg, policy or self.policy)
+        steps = self._decode(prompt, cfg, policy or self.policy, key)
         holdback = max((len(s) for s in cfg.stop_strings), default=1) - 1
         generated: list[int] = []
         sent = 0
@@ -129,8 +134,23 @@ class SpeculativeDecoder:
 
     # -- the loop ----------------------------------------------------------------------------------
 
-    def _decode(self, prompt, cfg: GenerationConfig, policy: Policy) -> Generator[list[int], None, GenerationResult]:
+    def _decode(self, prompt, cfg: GenerationConfig, policy: Policy, key: str) -> Generator[list[int], None, GenerationResult]:
         prompt_ids = self.encode_prompt(prompt)
+        if not self.observers:
+            return (yield from self._decode_steps(prompt_ids, cfg, policy, key, None))
+        request = RequestInfo(model=self.target_model.name, key=key, config=cfg, prompt_tokens=len(prompt_ids),
+                              policy=getattr(policy, "name", type(policy).__name__))
+        self.observers.notify("on_request_start", request)
+        try:
+            result = yield from self._decode_steps(prompt_ids, cfg, policy, key, request)
+        except BaseException as exc:
+            self.observers.notify("on_request_end", request, None, exc)
+            raise
+        self.observers.notify("on_request_end", request, result, None)
+        return result
+
+    def _decode_steps(self, prompt_ids: list[int], cfg: GenerationConfig, policy: Policy, key: str,
+                      request: RequestInfo | None) -> Generator[list[int], None, GenerationResult]:
         limit = self.target_model.max_context
         if len(prompt_ids) + cfg.max_new_tokens > limit:
             raise InvalidParameterError(
@@ -191,12 +211,15 @@ class SpeculativeDecoder:
                 drafter=drafter.name, k=k, proposed=len(drafts), num_accepted=verdict.num_accepted, emitted=len(new),
                 draft_s=t1 - t0, verify_s=t2 - t1, context_len=len(context) - len(step_tokens),
                 draft_confidences=proposal.confidences[: len(drafts)] if proposal.confidences else None,
-                timestamp=time.time(),
+                key=key, timestamp=time.time(),
             )
             # 7. record and let the controller learn
             stats.add_step(outcome)
             records.append(outcome)
             policy.observe(outcome)
+            if request is not None:
+                drain = getattr(policy, "drain_events", None)
+                self.observers.notify("on_step", request, outcome, drain() if drain else [])
             yield new
 
         stats.decode_s = self._now() - decode_start

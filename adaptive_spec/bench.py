@@ -1,0 +1,209 @@
+"""Side-by-side speed benchmark: our decoder's configs and transformers' peers, in one process.
+
+Every config runs on every prompt, interleaved prompt by prompt so that slow drifts of the
+machine (thermal, other load) hit all configs alike, after one warm-up generation each. Greedy
+only: then every config must produce exactly the ``plain`` config's tokens, and the benchmark
+checks that it does.
+
+Aggregate ``tokens_per_s`` is total new tokens / total wall seconds (not a mean of rates).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import transformers
+
+from adaptive_spec.config import GenerationConfig
+from adaptive_spec.decoder import SpeculativeDecoder
+from adaptive_spec.drafters import build_drafter
+from adaptive_spec.errors import InvalidParameterError
+from adaptive_spec.hf_peers import HF_PEERS, HFPeer
+from adaptive_spec.models import LoadedModel
+from policies.base import Policy
+from policies.static import StaticPolicy
+
+ADAPTIVE_DRAFTERS = ("ngram", "int8")  # what `adaptive` may choose from in the benchmark
+
+
+@dataclass
+class Prompt:
+    id: str
+    prompt: str
+    kind: str = "default"
+
+
+@dataclass
+class BenchConfig:
+    name: str
+    drafters: tuple[str, ...] = ()
+    make_policy: Callable[[], Policy] | None = None  # engine configs
+    peer: str | None = None  # transformers configs
+    policy: Policy | None = field(default=None, repr=False)  # one long-lived instance per run
+
+
+def load_prompts(path: str | Path) -> list[Prompt]:
+    prompts = []
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            prompts.append(Prompt(id=str(row["id"]), prompt=row["prompt"], kind=row.get("kind", "default")))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidParameterError("prompts", f"{path}:{lineno}", f"each line needs JSON with 'id' and 'prompt' ({exc})") from exc
+    if not prompts:
+        raise InvalidParameterError("prompts", str(path), "no prompts in file")
+    return prompts
+
+
+def parse_config(name: str) -> BenchConfig:
+    if name == "plain":
+        return BenchConfig(name, (), lambda: StaticPolicy("none", 0))
+    if name in HF_PEERS:
+        return BenchConfig(name, ("int8",) if name == "hf-assisted-int8" else (), peer=name)
+    parts = name.split(":")
+    if parts[0] == "static" and len(parts) == 3 and parts[2].isdigit():
+        drafter, k = parts[1], int(parts[2])
+        return BenchConfig(name, (drafter,), lambda: StaticPolicy(drafter, k))
+    if parts[0] in ("heuristic", "adaptive"):
+        import policies
+
+        factory = getattr(policies, "make_policy", None)
+        if factory is None:
+            raise InvalidParameterError("configs", name, "this build has no controller policies")
+        drafters = (parts[1],) if parts[0] == "heuristic" and len(parts) == 2 else ADAPTIVE_DRAFTERS
+        return BenchConfig(name, drafters, lambda: factory(name, list(drafters)))
+    raise InvalidParameterError(
+        "configs", name, "expected plain, static:<drafter>:<k>, heuristic:<drafter>, adaptive, or one of " + ", ".join(HF_PEERS)
+    )
+
+
+def run_bench(
+    target: LoadedModel,
+    prompts: list[Prompt],
+    config_names: list[str],
+    max_new_tokens: int,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    configs = [parse_config(name) for name in config_names]
+    if "plain" not in config_names:
+        configs.insert(0, parse_config("plain"))  # the reference every output is compared with
+    drafter_specs = sorted({d for c in configs for d in c.drafters if d != "none"})
+    drafters = {spec: build_drafter(spec, target) for spec in drafter_specs}
+    decoder = SpeculativeDecoder(target, drafters.values())
+    gen_cfg = GenerationConfig(max_new_tokens=max_new_tokens)
+    peers = {
+        c.name: HFPeer(c.peer, target.model, decoder.eos_ids, drafters["int8"].lm.model if c.peer == "hf-assisted-int8" else None)
+        for c in configs if c.peer
+    }
+    for c in configs:
+        if c.make_policy:
+            c.policy = c.make_policy()
+    encoded = [decoder.encode_prompt(p.prompt) for p in prompts]
+
+    def run_one(c: BenchConfig, ids: list[int], cfg: GenerationConfig) -> dict:
+        if c.peer:
+            tokens, seconds = peers[c.name].generate(ids, cfg.max_new_tokens)
+            return {"token_ids": tokens, "seconds": seconds}
+        result = decoder.generate(ids, cfg, policy=c.policy)
+        s = result.stats
+        return {"token_ids": result.token_ids, "seconds": s.elapsed_s, "acceptance_rate": s.acceptance_rate,
+                "mean_acceptance_length": s.mean_acceptance_length, "steps": s.steps, "drafts": s.drafts,
+                "draft_tokens": s.draft_tokens, "accepted_tokens": s.accepted_tokens}
+
+    for c in configs:  # first calls pay for allocator growth and kernel selection per shape: keep them out
+        run_one(c, encoded[0], gen_cfg)
+
+    rows: dict[str, list[dict]] = defaultdict(list)
+    for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
+        for c in configs:
+            if progress:
+                progress(f"[{i + 1}/{len(prompts)}] {prompt.id} · {c.name}")
+            out = run_one(c, ids, gen_cfg)
+            out.update(id=prompt.id, kind=prompt.kind, new_tokens=len(out["token_ids"]))
+            out["tokens_per_s"] = out["new_tokens"] / out["seconds"]
+            rows[c.name].append(out)
+    return summarize(target.name, max_new_tokens, prompts, configs, rows)
+
+
+def _aggregate(rows: list[dict]) -> dict:
+    tokens = sum(r["new_tokens"] for r in rows)
+    seconds = sum(r["seconds"] for r in rows)
+    out = {"tokens_per_s": tokens / seconds if seconds else 0.0, "new_tokens": tokens, "seconds": seconds, "prompts": len(rows)}
+    drafted = sum(r.get("draft_tokens") or 0 for r in rows)
+    drafts = sum(r.get("drafts") or 0 for r in rows)
+    if drafted:
+        accepted = sum(r["accepted_tokens"] for r in rows)
+        out["acceptance_rate"] = accepted / drafted
+        out["mean_acceptance_length"] = 1 + accepted / drafts
+    return out
+
+
+def summarize(model: str, max_new_tokens: int, prompts: list[Prompt], configs: list[BenchConfig], rows: dict) -> dict:
+    plain = {r["id"]: r["token_ids"] for r in rows["plain"]}
+    kinds = sorted({p.kind for p in prompts})
+    result = {
+        "model": model,
+        "max_new_tokens": max_new_tokens,
+        "greedy": True,
+        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
+                    "torch": torch.__version__, "transformers": transformers.__version__},
+        "configs": {},
+    }
+    plain_agg = _aggregate(rows["plain"])
+    plain_kind = {k: _aggregate([r for r in rows["plain"] if r["kind"] == k]) for k in kinds}
+    for c in configs:
+        for r in rows[c.name]:
+            r["equals_plain"] = r["token_ids"] == plain[r["id"]]
+        agg = _aggregate(rows[c.name])
+        agg["speedup_vs_plain"] = agg["tokens_per_s"] / plain_agg["tokens_per_s"]
+        agg["all_equal_plain"] = all(r["equals_plain"] for r in rows[c.name])
+        agg["by_kind"] = {}
+        for k in kinds:
+            kind_agg = _aggregate([r for r in rows[c.name] if r["kind"] == k])
+            kind_agg["speedup_vs_plain"] = kind_agg["tokens_per_s"] / plain_kind[k]["tokens_per_s"]
+            agg["by_kind"][k] = kind_agg
+        agg["prompts"] = rows[c.name]
+        result["configs"][c.name] = agg
+    return result
+
+
+def render_table(result: dict):
+    from rich.table import Table
+
+    kinds = sorted(next(iter(result["configs"].values()))["by_kind"])
+    table = Table(title=f"{result['model']} · greedy · {result['max_new_tokens']} new tokens · tokens/s (× plain)")
+    table.add_column("config")
+    table.add_column("all", justify="right")
+    for k in kinds:
+        table.add_column(k, justify="right")
+    table.add_column("accept", justify="right")
+    table.add_column("= plain", justify="center")
+    for name, agg in result["configs"].items():
+        table.add_row(name, *_cells(agg, kinds))
+    return table
+
+
+def _cells(agg: dict, kinds: list[str]) -> list[str]:
+    cells = [f"{agg['tokens_per_s']:.1f} ({agg['speedup_vs_plain']:.2f}×)"]
+    cells += [f"{agg['by_kind'][k]['tokens_per_s']:.1f} ({agg['by_kind'][k]['speedup_vs_plain']:.2f}×)" for k in kinds]
+    acc = agg.get("acceptance_rate")
+    cells.append(f"{acc:.2f}" if acc is not None else "-")
+    cells.append(f"{sum(r['equals_plain'] for r in agg['prompts'])}/{len(agg['prompts'])}")
+    return cells
+
+
+def markdown_table(result: dict) -> str:
+    kinds = sorted(next(iter(result["configs"].values()))["by_kind"])
+    lines = ["| config | all | " + " | ".join(kinds) + " | acceptance | equal to plain |", "|---" * (len(kinds) + 4) + "|"]
+    for name, agg in result["configs"].items():
+        lines.append(f"| `{name}` | " + " | ".join(_cells(agg, kinds)) + " |")
+    return "\n".join(lines)

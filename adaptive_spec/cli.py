@@ -1,0 +1,173 @@
+"""The ``adaptive-spec`` command line: generate, bench, demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from adaptive_spec.errors import AdaptiveSpecError, InvalidParameterError
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+                  help="Lossless speculative decoding with a self-tuning controller.")
+err = Console(stderr=True)
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _setup_runtime(device: str, dtype: str):
+    """Quiet, offline-first runtime; returns the torch device and dtype."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import torch
+
+    if dtype not in DTYPES:
+        raise InvalidParameterError("dtype", dtype, f"expected one of {', '.join(DTYPES)}")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif device.startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidParameterError("device", device, "CUDA is not available on this machine")
+    elif device != "cpu" and not device.startswith("cuda"):
+        raise InvalidParameterError("device", device, "expected auto, cpu, cuda or cuda:N")
+    return torch.device(device), getattr(torch, dtype)
+
+
+def _load_decoder(model: str, drafters: list[str], device: str, dtype: str, chat_template: bool | None):
+    from adaptive_spec.decoder import SpeculativeDecoder
+    from adaptive_spec.drafters import build_drafter
+    from adaptive_spec.models import load_model
+
+    torch_device, torch_dtype = _setup_runtime(device, dtype)
+    with err.status(f"loading {model} ..."):
+        target = load_model(model, device=torch_device, dtype=torch_dtype)
+        built = [build_drafter(d, target) for d in dict.fromkeys(drafters) if d != "none"]
+    return SpeculativeDecoder(target, built, chat_template=chat_template)
+
+
+@app.command()
+def generate(
+    prompt: str = typer.Option(..., "--prompt", "-p", help="Prompt text (a chat template is applied for chat models)."),
+    model: str = typer.Option("smollm2", help="smollm2 | gemma3 | a local Hugging Face folder | a hub id."),
+    drafter: str = typer.Option("ngram", help="none | ngram | int8 | model:<path>."),
+    k: int = typer.Option(8, help="Draft length for the static policy (0 = plain decoding)."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens to generate at most."),
+    temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples (exact rejection sampling)."),
+    top_k: int = typer.Option(0, "--top-k", help="Keep the k most likely tokens (0 = off)."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass in (0, 1]."),
+    seed: Optional[int] = typer.Option(None, help="Sampler seed."),
+    stop: list[str] = typer.Option([], "--stop", help="Stop string (repeatable)."),
+    chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template", help="Apply the model's chat template (default: when it has one)."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N."),
+    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
+    stream: bool = typer.Option(False, help="Print text as it is accepted."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: text, token_ids, stats."),
+) -> None:
+    """Generate a completion with speculative decoding."""
+    from adaptive_spec.config import GenerationConfig, validate_draft_len
+    from policies.static import StaticPolicy
+
+    validate_draft_len(k)
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or 1.0,
+                           top_k=top_k, top_p=top_p, seed=seed, stop_strings=tuple(stop))
+    if temperature < 0:
+        raise InvalidParameterError("temperature", temperature, "must be >= 0")
+    decoder = _load_decoder(model, [drafter], device, dtype, chat_template)
+    policy = StaticPolicy(drafter, k)
+    if stream and not as_json:
+        for piece in decoder.stream(prompt, cfg, policy=policy):
+            print(piece, end="", flush=True)
+        print()
+        return
+    result = decoder.generate(prompt, cfg, policy=policy)
+    if as_json:
+        print(json.dumps(result.to_dict()))
+        return
+    print(result.text)
+    s = result.stats
+    acc = f"{s.acceptance_rate:.2f}" if s.acceptance_rate is not None else "-"
+    mal = f"{s.mean_acceptance_length:.2f}" if s.mean_acceptance_length is not None else "-"
+    err.print(f"[dim]{s.new_tokens} tokens · {s.tokens_per_s:.1f} tok/s · acceptance {acc} · mean acceptance length {mal} · {s.steps} steps · {result.finish_reason}[/dim]")
+
+
+@app.command()
+def bench(
+    prompts: Path = typer.Option(..., "--prompts", help="JSONL with id, prompt, optional kind."),
+    configs: str = typer.Option("plain,static:ngram:8,hf-plain,hf-prompt-lookup", help="Comma-separated configs: plain, static:<drafter>:<k>, heuristic:<drafter>, adaptive, hf-plain, hf-prompt-lookup, hf-assisted-int8."),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
+    model: str = typer.Option("smollm2"),
+    out: Path = typer.Option(Path("bench.json"), "--out", help="Where to write the JSON results."),
+    device: str = typer.Option("auto"),
+    dtype: str = typer.Option("float32"),
+    markdown: bool = typer.Option(False, help="Also print the table as Markdown (for the README)."),
+) -> None:
+    """Run configs side by side on the same prompts (greedy) and compare with plain decoding."""
+    from adaptive_spec.bench import load_prompts, markdown_table, parse_config, render_table, run_bench
+    from adaptive_spec.models import load_model
+
+    if max_new_tokens < 1:
+        raise InvalidParameterError("max_new_tokens", max_new_tokens, "must be >= 1")
+    if not prompts.exists():
+        raise InvalidParameterError("prompts", str(prompts), "file not found")
+    names = [c.strip() for c in configs.split(",") if c.strip()]
+    for name in names:
+        parse_config(name)  # fail before loading anything
+    rows = load_prompts(prompts)
+    torch_device, torch_dtype = _setup_runtime(device, dtype)
+    with err.status(f"loading {model} ..."):
+        target = load_model(model, device=torch_device, dtype=torch_dtype)
+    with err.status("benchmarking ...") as status:
+        result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: status.update(f"benchmarking {msg}"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    Console().print(render_table(result))
+    if markdown:
+        print(markdown_table(result))
+    err.print(f"wrote {out}")
+
+
+@app.command()
+def demo(
+    model: str = typer.Option("smollm2", help="Model to demo on."),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
+) -> None:
+    """Generate on the embedded model, plain and speculative, and print the speed-up measured."""
+    from adaptive_spec.config import GenerationConfig
+    from policies.static import StaticPolicy
+
+    decoder = _load_decoder(model, ["ngram"], "auto", "float32", None)
+    prompt = (
+        "Rewrite this paragraph exactly, changing only 'lighthouse' to 'tower':\n\n"
+        "The old lighthouse stood on the edge of the cliff, its white paint peeling in the salty wind. "
+        "Every night the keeper climbed the hundred and twelve steps to light the lamp, and every morning "
+        "he climbed down again to make his tea and write the weather in his book."
+    )
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens)
+    decoder.generate(prompt, GenerationConfig(max_new_tokens=4))  # warm-up
+    plain = decoder.generate(prompt, cfg, policy=StaticPolicy("none", 0))
+    spec = decoder.generate(prompt, cfg, policy=StaticPolicy("ngram", 8))
+    console = Console()
+    console.rule("prompt")
+    console.print(prompt)
+    console.rule("speculative output (ngram drafter, k=8)")
+    console.print(spec.text)
+    console.rule("measured")
+    s, p = spec.stats, plain.stats
+    console.print(f"plain decoding:        {p.tokens_per_s:6.1f} tokens/s")
+    console.print(f"speculative decoding:  {s.tokens_per_s:6.1f} tokens/s  → [bold]{s.tokens_per_s / p.tokens_per_s:.2f}× speed-up[/bold]")
+    console.print(f"acceptance rate {s.acceptance_rate:.2f} · mean acceptance length {s.mean_acceptance_length:.2f} · {s.steps} steps for {s.new_tokens} tokens")
+    console.print(f"identical to plain decoding: {'yes' if spec.token_ids == plain.token_ids else 'NO'}")
+
+
+def main() -> None:
+    try:
+        app()
+    except AdaptiveSpecError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
