@@ -12,9 +12,9 @@ reachable, a hub id. ``trust_remote_code`` is never set, and only safetensors ar
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
+import mmap
 import os
 import shutil
 import sys
@@ -24,15 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import xxhash
 from platformdirs import user_cache_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from adaptive_spec.errors import InvalidParameterError, ModelLoadError
 
 MANIFEST = "adaptive_spec_manifest.json"
-MANIFEST_VERSION = 1
-_SAMPLE_BLOCKS = 64  # blocks hashed per file: catches truncation, zeroed or flipped regions cheaply
-_BLOCK = 64 * 1024
+MANIFEST_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -154,18 +153,12 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
 
 
 def _fingerprint(path: Path) -> str:
-    """sha256 over evenly spaced blocks of the file: cheap enough for every load."""
-    size = path.stat().st_size
-    digest = hashlib.sha256(str(size).encode())
+    """xxh3-128 of the whole file: every byte checked, ~0.06 s for SmolLM2's 540 MB (page cache)."""
     with path.open("rb") as f:
-        if size <= _SAMPLE_BLOCKS * _BLOCK:
-            digest.update(f.read())
-        else:
-            stride = (size - _BLOCK) // (_SAMPLE_BLOCKS - 1)
-            for i in range(_SAMPLE_BLOCKS):
-                f.seek(i * stride)
-                digest.update(f.read(_BLOCK))
-    return digest.hexdigest()
+        if path.stat().st_size == 0:
+            return xxhash.xxh3_128(b"").hexdigest()
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            return xxhash.xxh3_128(view).hexdigest()
 
 
 def write_manifest(folder: Path) -> None:

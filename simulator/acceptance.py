@@ -1,0 +1,109 @@
+"""How many draft tokens the target keeps: acceptance profiles.
+
+In speculative decoding (Leviathan et al. 2023) the drafter proposes ``k`` tokens and the target
+accepts a *prefix* of them; every step then emits ``accepted + 1`` tokens (the +1 is the
+*recovered* token at the first rejection, or the *bonus* token when all ``k`` were accepted).
+
+The simulator does not run models, so it needs the law of the accepted prefix length. An
+*acceptance profile* gives it position by position:
+
+    per_position[i] = P(position i accepted | positions 0..i-1 accepted)
+
+Positions past the end of the list reuse the last value. A single rate ``a`` is the common
+i.i.d. model of the paper: ``per_position = [a]``, so ``P(accepted >= j) = a**j`` (a geometric
+profile). Measured profiles usually decay with position, which this form captures.
+
+``hit_rate`` is the chance the drafter proposes anything at all: prompt-lookup (n-gram) drafting
+finds no match on some steps and proposes nothing; the step then is a plain forward.
+
+Worked example, ``per_position=[0.8, 0.5]`` and ``k=3``: P(accepted=0) = 0.2,
+P(1) = 0.8*0.5 = 0.4, P(2) = 0.8*0.5*0.5 = 0.2, P(3) = 0.8*0.5*0.5 = 0.2; expected accepted
+= 0.4 + 0.4 + 0.6 = 1.4, so a step yields 2.4 tokens on average.
+
+>>> expected_accepted((0.8, 0.5), 3)
+1.4
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AcceptanceProfile:
+    """Per-position conditional acceptance probabilities of one drafter on one request class."""
+
+    per_position: tuple[float, ...]  # P(accept i | accepted 0..i-1); the last value repeats
+    hit_rate: float = 1.0  # P(the drafter proposes at all); < 1 for n-gram lookup without a match
+
+    def __post_init__(self) -> None:
+        if not self.per_position:
+            raise ValueError("per_position must hold at least one probability, got []")
+        for i, p in enumerate(self.per_position):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"per_position[{i}] must be in [0, 1], got {p}")
+        if not 0.0 <= self.hit_rate <= 1.0:
+            raise ValueError(f"hit_rate must be in [0, 1], got hit_rate={self.hit_rate}")
+
+    @classmethod
+    def geometric(cls, rate: float, hit_rate: float = 1.0) -> AcceptanceProfile:
+        """The i.i.d. model: every position accepted with probability ``rate``."""
+        return cls((float(rate),), hit_rate)
+
+    def padded(self, k: int) -> tuple[float, ...]:
+        """The first ``k`` conditional probabilities, the last value repeated as needed."""
+        p = self.per_position
+        return p[:k] if len(p) >= k else p + (p[-1],) * (k - len(p))
+
+    def expected_tokens_per_step(self, k: int) -> float:
+        """Mean tokens a step emits with draft length ``k`` (accepted + 1, misses included)."""
+        return 1.0 + self.hit_rate * expected_accepted(self.per_position, k)
+
+
+def expected_accepted(per_position: tuple[float, ...], k: int) -> float:
+    """E[accepted prefix length] for draft length ``k``: sum over j of P(accepted >= j)."""
+    total, survive = 0.0, 1.0
+    for i in range(k):
+        survive *= per_position[min(i, len(per_position) - 1)]
+        total += survive
+    return round(total, 12)
+
+
+def sample_num_accepted(per_position: tuple[float, ...], proposed: int, rand: Callable[[], float]) -> int:
+    """Draw the accepted prefix length of ``proposed`` draft tokens.
+
+    ``per_position`` must already hold at least ``proposed`` values (see ``padded``); ``rand`` is a
+    uniform [0, 1) source such as ``random.Random(seed).random`` (cheaper than numpy per call,
+    which matters because this runs once per simulated decode step).
+    """
+    n = 0
+    while n < proposed and rand() < per_position[n]:
+        n += 1
+    return n
+
+
+def acceptance_from_dict(raw: object, path: str) -> AcceptanceProfile:
+    """Read ``{"rate": a}`` or ``{"per_position": [...]}`` (+ optional ``hit_rate``)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} must be a mapping with 'rate' or 'per_position', got {raw!r}")
+    for key in raw:
+        if key not in ("rate", "per_position", "hit_rate"):
+            raise ValueError(f"{path}.{key} is not a known field (known: hit_rate, per_position, rate)")
+    if ("rate" in raw) == ("per_position" in raw):
+        raise ValueError(f"{path} needs exactly one of 'rate' or 'per_position', got {sorted(raw)}")
+    hit_rate = raw.get("hit_rate", 1.0)
+    if not isinstance(hit_rate, (int, float)) or not 0.0 <= hit_rate <= 1.0:
+        raise ValueError(f"{path}.hit_rate must be a number in [0, 1], got {hit_rate!r}")
+    if "rate" in raw:
+        rate = raw["rate"]
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+            raise ValueError(f"{path}.rate must be a number in [0, 1], got {rate!r}")
+        return AcceptanceProfile.geometric(float(rate), float(hit_rate))
+    probs = raw["per_position"]
+    if not isinstance(probs, list) or not probs:
+        raise ValueError(f"{path}.per_position must be a non-empty list of probabilities, got {probs!r}")
+    for i, p in enumerate(probs):
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"{path}.per_position[{i}] must be a number in [0, 1], got {p!r}")
+    return AcceptanceProfile(tuple(float(p) for p in probs), float(hit_rate))

@@ -1,0 +1,151 @@
+"""``adaptive-spec simulate``: the simulator's command line (a Typer sub-app).
+
+    simulate run       SCENARIO [--policy P] [--seed N] [--replicas N] [--rate R] [--json OUT]
+    simulate compare   SCENARIO [--policy P ...] [--seed N] [--workers N] [--ray-address A] [--json OUT]
+    simulate capacity  SCENARIO [--rate R] [--policy P] [--max-replicas N] [--seed N] [--json OUT]
+    simulate sweep     SCENARIO [--policy P ...] [--rate R ...] [--replicas N ...] [--max-batch N ...]
+                       [--seed N ...] [--workers N] [--ray-address A] [--json OUT]
+
+A bad scenario (or option) prints one line naming the field and exits with status 2.
+Mount with ``app.add_typer(simulator.cli.app, name="simulate")``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(help="Capacity simulator: the same policies, a cost model fitted on measured profiles.",
+                  no_args_is_help=True)
+
+ScenarioArg = typer.Argument(..., help="Scenario file (YAML or JSON); see simulator/scenarios/example_shift.yaml.")
+JsonOpt = typer.Option(None, "--json", help="Also write the full result as JSON to this path.")
+SeedOpt = typer.Option(None, help="Seed for traffic, acceptance draws and policies (default: the scenario's).")
+
+
+def _load(path: Path):
+    from simulator.scenario import load_scenario
+
+    try:
+        return load_scenario(path)
+    except ValueError as err:
+        _fail(err)
+
+
+def _fail(err: Exception):
+    typer.echo(f"error: {err}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def run(
+    scenario: Path = ScenarioArg,
+    policy: Optional[str] = typer.Option(None, help="Policy spec overriding the scenario's (e.g. static:ngram:4)."),
+    seed: Optional[int] = SeedOpt,
+    replicas: Optional[int] = typer.Option(None, min=1, help="Replica count overriding the scenario's."),
+    rate: Optional[float] = typer.Option(None, help="Initial arrival rate (req/s) overriding the scenario's."),
+    timeseries: bool = typer.Option(True, help="Print the per-bin table (spec on/off, acceptance, queue)."),
+    json_out: Optional[Path] = JsonOpt,
+) -> None:
+    """Simulate one scenario and print latency, throughput, goodput, queueing and acceptance."""
+    from simulator.capacity import with_traffic
+    from simulator.report import print_run, write_json
+    from simulator.run import simulate
+
+    s = _load(scenario)
+    try:
+        result = simulate(with_traffic(s, rate), policy, seed, replicas=replicas)
+    except ValueError as err:
+        _fail(err)
+    print_run(result, series=timeseries)
+    if json_out:
+        write_json(result, json_out)
+
+
+@app.command()
+def compare(
+    scenario: Path = ScenarioArg,
+    policy: Optional[list[str]] = typer.Option(None, "--policy", help="Policy spec; repeat for several "
+                                               "(default: the scenario's compare.policies)."),
+    seed: Optional[int] = SeedOpt,
+    workers: int = typer.Option(1, min=1, help="Local processes to run policies in parallel."),
+    ray_address: Optional[str] = typer.Option(None, help="Run on this Ray cluster instead (e.g. auto)."),
+    json_out: Optional[Path] = JsonOpt,
+) -> None:
+    """Several policies side by side on the same seeded traffic (and its shifts)."""
+    from simulator.capacity import compare as compare_policies
+    from simulator.report import print_compare, write_json
+
+    s = _load(scenario)
+    try:
+        results = compare_policies(s, policy or None, seed, workers, ray_address)
+    except ValueError as err:
+        _fail(err)
+    print_compare(results)
+    if json_out:
+        write_json(results, json_out)
+
+
+@app.command()
+def capacity(
+    scenario: Path = ScenarioArg,
+    rate: Optional[float] = typer.Option(None, help="Arrival rate (req/s) to plan for (default: the scenario's)."),
+    policy: Optional[str] = typer.Option(None, help="Policy spec (default: the scenario's)."),
+    max_replicas: Optional[int] = typer.Option(None, min=1, help="Give up above this many replicas."),
+    seed: Optional[int] = SeedOpt,
+    json_out: Optional[Path] = JsonOpt,
+) -> None:
+    """The fewest replicas whose SLO percentile latencies meet the scenario's slo targets."""
+    from simulator.capacity import capacity as search
+    from simulator.report import print_capacity, write_json
+
+    s = _load(scenario)
+    try:
+        result = search(s, rate=rate, policy=policy, max_replicas=max_replicas, seed=seed)
+    except ValueError as err:
+        _fail(err)
+    print_capacity(result)
+    if json_out:
+        write_json(result, json_out)
+    if result.replicas is None:
+        raise typer.Exit(1)
+
+
+@app.command()
+def sweep(
+    scenario: Path = ScenarioArg,
+    policy: Optional[list[str]] = typer.Option(None, "--policy", help="Policy specs to sweep (repeat)."),
+    rate: Optional[list[float]] = typer.Option(None, "--rate", help="Arrival rates to sweep (repeat)."),
+    replicas: Optional[list[int]] = typer.Option(None, "--replicas", help="Replica counts to sweep (repeat)."),
+    max_batch: Optional[list[int]] = typer.Option(None, "--max-batch", help="Batch slots to sweep (repeat)."),
+    seed: Optional[list[int]] = typer.Option(None, "--seed", help="Seeds to sweep (repeat)."),
+    workers: Optional[int] = typer.Option(None, min=1, help="Local processes (default: one per CPU)."),
+    ray_address: Optional[str] = typer.Option(None, help="Run on this Ray cluster instead (e.g. auto)."),
+    json_out: Optional[Path] = JsonOpt,
+) -> None:
+    """Every combination of the given values, run in parallel; one table row per configuration."""
+    from simulator.report import _fmt, _table, write_json
+    from simulator.sweep import grid, sweep as run_sweep
+
+    s = _load(scenario)
+    axes = dict(policy=policy, rate=rate, replicas=replicas, max_batch=max_batch, seed=seed)
+    axes = {k: v for k, v in axes.items() if v}
+    try:
+        results = run_sweep(s, grid(**axes) if axes else [{}], workers, ray_address)
+    except ValueError as err:
+        _fail(err)
+    rows = []
+    for r in results:
+        sm = r.summary
+        config = ", ".join(f"{k}={v}" for k, v in sm["config"].items())
+        rows.append([config or "(scenario)", _fmt(sm["e2e_s"]["p95"], "ms"), _fmt(sm["tpot_s"]["p50"], "ms"),
+                     _fmt(sm["throughput_tokens_s"]), _fmt(sm["goodput_rps"]), _fmt(sm["slo_check"]["ok"])])
+    _table(f"sweep of {s.name}", ["configuration", "E2E p95 ms", "TPOT p50 ms", "tokens/s", "goodput", "SLO met"], rows)
+    if json_out:
+        write_json(results, json_out)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,194 @@
+"""Execution-time prediction: how long prefill, a verify forward and drafting take.
+
+The simulator advances its clock by predicted durations, so this module decides whether the
+simulation is right about *when* speculation pays. It is fitted on a measured profile
+(``simulator/profile.py``) with scikit-learn, then predicts in pure Python (a dot product per
+step: calling ``sklearn.predict`` per step would cost ~50 us, more than the rest of the step).
+
+Verify forward (one target pass over ``tokens`` = k + 1 tokens for each of ``batch`` sequences)::
+
+    verify_s = w0 + w1 tokens + w2 multi_token + w3 context_len + w4 batch
+                  + w5 batch_tokens + w6 batch_context + w7 max(0, batch_tokens - knee)
+
+- ``multi_token`` (batch_tokens > 1): with more than one row of activations the forward switches
+  from matrix-vector to matrix-matrix kernels; on this project's CPU a 2-16 token forward costs
+  ~2x a 1-token one, nearly flat after the jump.
+- ``batch_tokens`` = tokens verified across the whole batch; ``batch_context`` = KV entries read.
+- ``max(0, batch_tokens - knee)`` is the roofline: below the knee a forward is memory-bound
+  (reading the weights dominates, extra tokens are nearly free - why speculation pays at batch 1);
+  above it the forward is compute-bound and costs grow with every token verified. The knee is
+  chosen by least squares from the candidates the samples offer; the slopes are fitted. Nothing
+  says "speculation stops paying at batch N": that comes out of measured (or supplied) samples.
+
+All weights are constrained >= 0 (``LinearRegression(positive=True)``) so a cost never falls
+with more work. Features constant across the samples are dropped (their weight would be
+unidentifiable); if every sample has batch 1, the batch features are dropped and predicting a
+batch > 1 raises - measure batched forwards before planning continuous batching.
+
+Prefill: ``prefill_s = v0 + v1 prompt_tokens + v2 prompt_tokens**2`` (attention is quadratic).
+Drafting: ``per_call_s + per_token_s * k`` per call, from the profile's ``draft`` section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from sklearn.linear_model import LinearRegression
+
+from simulator.profile import DraftCost, PrefillSample, Profile, VerifySample
+
+VERIFY_FEATURES = (
+    "tokens", "multi_token", "context_len", "batch", "batch_tokens", "batch_context", "excess_tokens",
+)
+BATCH_FEATURES = ("batch", "batch_tokens", "batch_context")
+
+
+class CostModel(Protocol):
+    """What a replica asks; tests may supply any object with these methods (e.g. exponential service)."""
+
+    def prefill_s(self, prompt_tokens: int) -> float: ...
+
+    def verify_s(self, tokens: int, context_len: int, batch: int = 1, batch_tokens: int | None = None,
+                 batch_context: int | None = None) -> float: ...
+
+    def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float: ...
+
+
+def verify_features(tokens: int, context_len: float, batch: int, batch_tokens: int, batch_context: float,
+                    knee: float) -> list[float]:
+    """The feature row of one forward, in VERIFY_FEATURES order."""
+    return [tokens, 1.0 if batch_tokens > 1 else 0.0, context_len, batch, batch_tokens, batch_context,
+            max(0.0, batch_tokens - knee)]
+
+
+def fit_linear(features: np.ndarray, seconds: np.ndarray) -> tuple[float, np.ndarray]:
+    """Non-negative least squares with intercept; constant columns get weight 0. Pure function."""
+    keep = features.std(axis=0) > 0
+    coef = np.zeros(features.shape[1])
+    if not keep.any():
+        return float(seconds.mean()), coef
+    model = LinearRegression(positive=True).fit(features[:, keep], seconds)
+    coef[keep] = model.coef_
+    return float(model.intercept_), coef
+
+
+@dataclass(frozen=True)
+class VerifyFit:
+    intercept: float
+    weights: dict[str, float]  # feature name -> seconds per unit
+    knee: float  # batch_tokens where the compute-bound slope starts (inf: no knee found)
+    batch_fitted: bool  # False when the profile has only batch-1 samples
+    max_rel_error: float  # worst |predicted - measured| / measured over the samples
+
+
+def _design(samples: list[VerifySample], knee: float, use_batch: bool) -> np.ndarray:
+    rows = []
+    for s in samples:
+        row = verify_features(s.tokens, s.context_len, s.batch, s.batch * s.tokens, s.batch * s.context_len, knee)
+        if not use_batch:
+            for name in BATCH_FEATURES:
+                row[VERIFY_FEATURES.index(name)] = 0.0
+        rows.append(row)
+    return np.asarray(rows, dtype=float)
+
+
+def fit_verify(samples: list[VerifySample] | tuple[VerifySample, ...]) -> VerifyFit:
+    """Fit the verify-forward model, choosing the roofline knee by least squares."""
+    samples = list(samples)
+    y = np.asarray([s.seconds for s in samples])
+    use_batch = any(s.batch > 1 for s in samples)
+    total = sorted({s.batch * s.tokens for s in samples})
+    best = None
+    for knee in [float("inf"), *total[:-1]]:
+        x = _design(samples, knee, use_batch)
+        intercept, coef = fit_linear(x, y)
+        sse = float(np.sum((intercept + x @ coef - y) ** 2))
+        # a knee must earn its extra parameter: at least 10 % less squared error than no knee
+        if best is None or sse < 0.9 * best[0]:
+            best = (sse, knee, intercept, coef)
+    _, knee, intercept, coef = best
+    predicted = intercept + _design(samples, knee, use_batch) @ coef
+    return VerifyFit(intercept, dict(zip(VERIFY_FEATURES, coef.tolist())), knee, use_batch,
+                     float(np.max(np.abs(predicted - y) / y)))
+
+
+def fit_prefill(samples: list[PrefillSample] | tuple[PrefillSample, ...]) -> tuple[float, float, float]:
+    """(intercept, per_token, per_token_squared) seconds for a prefill of n prompt tokens."""
+    n = np.asarray([s.prompt_tokens for s in samples], dtype=float)
+    y = np.asarray([s.seconds for s in samples])
+    intercept, coef = fit_linear(np.column_stack([n, n * n]), y)
+    return intercept, float(coef[0]), float(coef[1])
+
+
+@dataclass
+class FittedCostModel:
+    """The cost model fitted on a profile; predictions are plain float arithmetic."""
+
+    verify: VerifyFit
+    prefill: tuple[float, float, float]
+    draft: dict[str, DraftCost] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        w = self.verify.weights
+        # batch-1 fast path: the cost of a t-token forward, minus its context term, precomputed
+        self._ctx1 = w["context_len"] + w["batch_context"]
+        self._base1 = [0.0] + [self._batch_cost(t, 0, 1, t, 0) for t in range(1, 257)]
+
+    def _batch_cost(self, tokens: int, context_len: float, batch: int, batch_tokens: int,
+                    batch_context: float) -> float:
+        w, v = self.verify.weights, self.verify
+        row = verify_features(tokens, context_len, batch, batch_tokens, batch_context, v.knee)
+        return v.intercept + sum(w[name] * x for name, x in zip(VERIFY_FEATURES, row))
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        v0, v1, v2 = self.prefill
+        return v0 + v1 * prompt_tokens + v2 * prompt_tokens * prompt_tokens
+
+    def verify_s(self, tokens: int, context_len: int, batch: int = 1, batch_tokens: int | None = None,
+                 batch_context: int | None = None) -> float:
+        """Seconds of one forward; ``tokens`` is the per-sequence (padded) width k + 1.
+
+        For a batch, ``context_len`` is the mean context; ``batch_tokens`` / ``batch_context`` default
+        to ``batch * tokens`` / ``batch * context_len``.
+        """
+        if batch == 1 and tokens < len(self._base1):
+            return self._base1[tokens] + self._ctx1 * context_len
+        if batch > 1 and not self.verify.batch_fitted:
+            raise ValueError(
+                f"batch={batch}: the profile's verify samples all have batch 1, so the cost of a batched "
+                "forward cannot be fitted; add verify samples with batch > 1"
+            )
+        bt = batch * tokens if batch_tokens is None else batch_tokens
+        bc = batch * context_len if batch_context is None else batch_context
+        return self._batch_cost(tokens, context_len, batch, bt, bc)
+
+    def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float:
+        """Seconds to draft ``k`` tokens (the longest draft in the batch) for ``batch`` sequences.
+
+        A batched drafter runs once for the batch: ``per_call + per_token * k``. An unbatched one runs
+        per sequence: ``batch * per_call + per_token * batch_draft_tokens`` (the sum of the k's).
+        """
+        cost = self.draft.get(drafter)
+        if cost is None:
+            raise ValueError(f"drafter={drafter!r} has no draft cost in the profile (known: {sorted(self.draft)})")
+        if cost.batched or batch == 1:
+            return cost.per_call_s + cost.per_token_s * k
+        total = batch * k if batch_draft_tokens is None else batch_draft_tokens
+        return batch * cost.per_call_s + cost.per_token_s * total
+
+    def describe(self) -> dict:
+        """The fitted weights, for reports and for checking a fit by eye."""
+        v = self.verify
+        return {
+            "verify": {"intercept_s": v.intercept, "weights": v.weights, "knee_batch_tokens": v.knee,
+                       "batch_fitted": v.batch_fitted, "max_rel_error": v.max_rel_error},
+            "prefill": dict(zip(("intercept_s", "per_token_s", "per_token_sq_s"), self.prefill)),
+            "draft": {d: vars(c) for d, c in self.draft.items()},
+        }
+
+
+def fit_cost_model(profile: Profile) -> FittedCostModel:
+    """Fit every part of the cost model on a profile."""
+    return FittedCostModel(fit_verify(profile.verify), fit_prefill(profile.prefill), dict(profile.draft))

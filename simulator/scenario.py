@@ -1,0 +1,306 @@
+"""Scenarios: one file that says what to simulate.
+
+A scenario (YAML or JSON) names a measured profile, the request classes, the traffic, the
+replicas, the policy and the service-level objective. Every field is checked on load; a bad file
+raises one ``ValueError`` that names the field path and the value (``workload.arrival.rate must be
+> 0, got -2``), before any simulation runs. A complete example with every field commented is
+``simulator/scenarios/example_shift.yaml``.
+
+Top-level fields (``*`` required)::
+
+    name          label for reports                                   default: file stem
+    seed          seeds traffic, acceptance draws and policies        default: 0
+    profile *     path (relative to the scenario file) or inline profile object
+    classes *     {name: {prompt_tokens *, output_tokens *, acceptance, key}}
+    workload *    {arrival: {process, rate *, ...}, mix *, duration_s *, shifts, max_requests}
+                  or {replay *: path.jsonl, time_scale}
+    replicas      {count, mode: serial|batching, max_batch, router: least_loaded|round_robin|random}
+    policy        spec such as none, static:ngram:4, heuristic:ngram, adaptive      default: none
+    policy_scope  replica | key   (one controller per replica, or per replica and traffic key)
+    slo           {ttft_s, tpot_s, e2e_s, percentile}                 targets left out are not checked
+    metrics       {bin_s, warmup_s}
+    drain_s       after arrivals stop, stop simulating this much later (null: until all finish)
+    compare       {policies: [spec, ...]}                              for ``simulate compare``
+    capacity      {max_replicas}                                       for ``simulate capacity``
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from simulator.acceptance import acceptance_from_dict
+from simulator.arrivals import arrival_process_from_dict
+from simulator.entities import RequestClass
+from simulator.lengths import length_dist_from_dict
+from simulator.profile import Profile, load_profile, profile_from_dict
+from simulator.replay import read_trace_jsonl, requests_from_rows
+from simulator.workload import Shift, Workload
+
+MODES = ("serial", "batching")
+ROUTERS = ("least_loaded", "round_robin", "random")
+SCOPES = ("replica", "key")
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    count: int = 1  # replicas behind the router
+    mode: str = "serial"  # serial: batch-1 FIFO (today's engine); batching: continuous batching
+    max_batch: int = 8  # batching only: running sequences per replica (KV-cache slots)
+    router: str = "least_loaded"  # least_loaded: fewest queued + running; round_robin; random
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_s: float | None = None  # time-to-first-token target, seconds
+    tpot_s: float | None = None  # time-per-output-token target, seconds
+    e2e_s: float | None = None  # end-to-end latency target, seconds
+    percentile: float = 95.0  # capacity search checks this percentile of each set target
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    bin_s: float = 60.0  # width of time-series bins; a minute shows a shift without drowning in noise
+    warmup_s: float = 0.0  # latencies of requests arriving earlier are left out (empty-system bias)
+
+
+@dataclass(frozen=True)
+class ReplayWorkload:
+    """Recorded traffic (see ``simulator/replay.py``), already read into rows."""
+
+    rows: tuple[dict, ...]
+    time_scale: float = 1.0  # > 1 replays faster (higher rate)
+    duration_s: float = 0.0  # filled in: last arrival after scaling
+
+    @classmethod
+    def from_rows(cls, rows, class_names, time_scale: float = 1.0) -> ReplayWorkload:
+        """From trace rows of any source (a JSONL file, telemetry store rows as dicts); validates them."""
+        rows = tuple(dict(r) for r in rows)
+        requests = requests_from_rows(rows, class_names, time_scale)
+        return cls(rows, time_scale, requests[-1].arrival_s if requests else 0.0)
+
+    def generate(self, classes, rng):
+        return requests_from_rows(self.rows, classes, self.time_scale)
+
+    def boundaries(self) -> list[float]:
+        return []
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    profile: Profile
+    classes: dict[str, RequestClass]
+    workload: Workload | ReplayWorkload
+    seed: int = 0
+    replicas: ReplicaConfig = field(default_factory=ReplicaConfig)
+    policy: str = "none"
+    policy_scope: str = "replica"
+    slo: SLO = field(default_factory=SLO)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    drain_s: float | None = None
+    compare_policies: tuple[str, ...] = ()
+    max_replicas: int = 64  # capacity search gives up above this many replicas
+
+    def with_(self, **changes) -> Scenario:
+        return replace(self, **changes)
+
+    @property
+    def drafters(self) -> list[str]:
+        """Drafters this scenario can simulate: a draft cost, and acceptance for every class."""
+        return sorted(d for d in self.profile.draft if all(d in c.acceptance for c in self.classes.values()))
+
+
+# ---- validation helpers: each raises ValueError naming the field path and the value ----------------
+
+def _mapping(raw: object, path: str) -> dict:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} must be a mapping, got {raw!r}")
+    return raw
+
+
+def _only(raw: dict, known: tuple[str, ...] | set[str], path: str) -> None:
+    for key in raw:
+        if key not in known:
+            where = f"{path}.{key}" if path else str(key)
+            raise ValueError(f"{where} is not a known field (known: {', '.join(sorted(known))})")
+
+
+def _required(raw: dict, key: str, path: str):
+    if key not in raw or raw[key] is None:
+        raise ValueError(f"{path + '.' if path else ''}{key} is required")
+    return raw[key]
+
+
+def _num(value: object, path: str, low: float = 0.0, strict: bool = True, integer: bool = False) -> float:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ValueError(f"{path} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if value < low or (strict and value == low):
+        raise ValueError(f"{path} must be {'>' if strict else '>='} {low:g}, got {value!r}")
+    return value
+
+
+def _choice(value: object, options: tuple[str, ...], path: str) -> str:
+    if value not in options:
+        raise ValueError(f"{path} must be one of {', '.join(options)}, got {value!r}")
+    return value
+
+
+def _mix(raw: object, classes: dict, path: str) -> dict[str, float]:
+    raw = _mapping(raw, path)
+    if not raw:
+        raise ValueError(f"{path} must name at least one class, got {{}}")
+    for name, weight in raw.items():
+        if name not in classes:
+            raise ValueError(f"{path}.{name} is not a class of the scenario (classes: {', '.join(sorted(classes))})")
+        _num(weight, f"{path}.{name}", 0.0, strict=False)
+    if sum(raw.values()) <= 0:
+        raise ValueError(f"{path} weights must not all be 0, got {raw!r}")
+    return {k: float(v) for k, v in raw.items()}
+
+
+def _classes(raw: object, profile: Profile) -> dict[str, RequestClass]:
+    raw = _mapping(raw, "classes")
+    if not raw:
+        raise ValueError("classes must define at least one request class, got {}")
+    out = {}
+    for name, spec in raw.items():
+        path = f"classes.{name}"
+        spec = _mapping(spec, path)
+        _only(spec, ("prompt_tokens", "output_tokens", "acceptance", "key"), path)
+        acceptance = dict(profile.acceptance.get(name, {}))  # measured first, the scenario may override
+        for drafter, a in _mapping(spec.get("acceptance") or {}, f"{path}.acceptance").items():
+            acceptance[drafter] = acceptance_from_dict(a, f"{path}.acceptance.{drafter}")
+        out[name] = RequestClass(
+            name,
+            length_dist_from_dict(_required(spec, "prompt_tokens", path), f"{path}.prompt_tokens"),
+            length_dist_from_dict(_required(spec, "output_tokens", path), f"{path}.output_tokens"),
+            acceptance,
+            str(spec.get("key") or name),
+        )
+    return out
+
+
+def _workload(raw: object, classes: dict, base_dir: Path) -> Workload | ReplayWorkload:
+    raw = _mapping(raw, "workload")
+    if "replay" in raw:
+        _only(raw, ("replay", "time_scale"), "workload")
+        scale = _num(raw.get("time_scale", 1.0), "workload.time_scale")
+        trace = Path(str(raw["replay"]))
+        trace = trace if trace.is_absolute() else base_dir / trace
+        if not trace.exists():
+            raise ValueError(f"workload.replay: trace file {str(trace)!r} does not exist")
+        return ReplayWorkload.from_rows(read_trace_jsonl(trace), classes, scale)
+    _only(raw, ("arrival", "mix", "duration_s", "shifts", "max_requests"), "workload")
+    arrival_raw = _mapping(_required(raw, "arrival", "workload"), "workload.arrival")
+    rate = _num(_required(arrival_raw, "rate", "workload.arrival"), "workload.arrival.rate")
+    arrival = arrival_process_from_dict(arrival_raw, "workload.arrival")
+    mix = _mix(_required(raw, "mix", "workload"), classes, "workload.mix")
+    duration = _num(_required(raw, "duration_s", "workload"), "workload.duration_s")
+    shifts, last = [], 0.0
+    for i, s in enumerate(raw.get("shifts") or []):
+        path = f"workload.shifts[{i}]"
+        s = _mapping(s, path)
+        _only(s, ("at_s", "rate", "mix"), path)
+        at = _num(_required(s, "at_s", path), f"{path}.at_s")
+        if at <= last:
+            raise ValueError(f"{path}.at_s must be after the previous shift ({last}), got {at!r}")
+        last = at
+        shifts.append(Shift(
+            float(at),
+            float(_num(s["rate"], f"{path}.rate")) if s.get("rate") is not None else None,
+            _mix(s["mix"], classes, f"{path}.mix") if s.get("mix") is not None else None,
+        ))
+    cap = raw.get("max_requests")
+    if cap is not None:
+        _num(cap, "workload.max_requests", integer=True)
+    return Workload(arrival, float(rate), mix, float(duration), tuple(shifts), cap)
+
+
+def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "scenario") -> Scenario:
+    """Validate a parsed scenario; relative paths resolve against ``base_dir``."""
+    raw = _mapping(raw, "scenario")
+    _only(raw, ("name", "seed", "profile", "classes", "workload", "replicas", "policy", "policy_scope",
+                "slo", "metrics", "drain_s", "compare", "capacity"), "")
+    base_dir = Path(base_dir)
+    profile_raw = _required(raw, "profile", "")
+    if isinstance(profile_raw, dict):
+        profile = profile_from_dict(profile_raw, "profile")
+    else:
+        path = Path(str(profile_raw))
+        path = path if path.is_absolute() else base_dir / path
+        if not path.exists():
+            raise ValueError(f"profile: file {str(path)!r} does not exist")
+        profile = load_profile(path)
+    classes = _classes(_required(raw, "classes", ""), profile)
+    workload = _workload(_required(raw, "workload", ""), classes, base_dir)
+
+    rep = _mapping(raw.get("replicas") or {}, "replicas")
+    _only(rep, ReplicaConfig.__dataclass_fields__, "replicas")
+    replicas = ReplicaConfig(
+        int(_num(rep.get("count", 1), "replicas.count", integer=True)),
+        _choice(rep.get("mode", "serial"), MODES, "replicas.mode"),
+        int(_num(rep.get("max_batch", 8), "replicas.max_batch", integer=True)),
+        _choice(rep.get("router", "least_loaded"), ROUTERS, "replicas.router"),
+    )
+    slo_raw = _mapping(raw.get("slo") or {}, "slo")
+    _only(slo_raw, SLO.__dataclass_fields__, "slo")
+    slo = SLO(**{k: (float(_num(v, f"slo.{k}")) if v is not None else None) for k, v in slo_raw.items()})
+    if not 0 < slo.percentile < 100:
+        raise ValueError(f"slo.percentile must be in (0, 100), got {slo.percentile!r}")
+    met = _mapping(raw.get("metrics") or {}, "metrics")
+    _only(met, MetricsConfig.__dataclass_fields__, "metrics")
+    metrics = MetricsConfig(float(_num(met.get("bin_s", 60.0), "metrics.bin_s")),
+                            float(_num(met.get("warmup_s", 0.0), "metrics.warmup_s", strict=False)))
+    drain = raw.get("drain_s")
+    compare = _mapping(raw.get("compare") or {}, "compare")
+    _only(compare, ("policies",), "compare")
+    specs = compare.get("policies") or []
+    if not isinstance(specs, list) or not all(isinstance(s, str) for s in specs):
+        raise ValueError(f"compare.policies must be a list of policy specs, got {specs!r}")
+    cap = _mapping(raw.get("capacity") or {}, "capacity")
+    _only(cap, ("max_replicas",), "capacity")
+    scenario = Scenario(
+        name=str(raw.get("name") or name),
+        profile=profile,
+        classes=classes,
+        workload=workload,
+        seed=int(_num(raw.get("seed", 0), "seed", 0, strict=False, integer=True)),
+        replicas=replicas,
+        policy=str(raw.get("policy", "none")),
+        policy_scope=_choice(raw.get("policy_scope", "replica"), SCOPES, "policy_scope"),
+        slo=slo,
+        metrics=metrics,
+        drain_s=float(_num(drain, "drain_s", strict=False)) if drain is not None else None,
+        compare_policies=tuple(specs),
+        max_replicas=int(_num(cap.get("max_replicas", 64), "capacity.max_replicas", integer=True)),
+    )
+    from simulator.policy_factory import policy_builder  # validate policy specs now, not mid-run
+
+    policy_builder(scenario.policy, scenario.drafters, "policy")
+    for i, spec in enumerate(specs):
+        policy_builder(spec, scenario.drafters, f"compare.policies[{i}]")
+    return scenario
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read a YAML (.yaml / .yml) or JSON scenario file and validate it."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"scenario file {str(path)!r} does not exist")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ValueError(f"{path}: not valid YAML ({err})") from None
+    else:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    return scenario_from_dict(raw, path.parent, path.stem)

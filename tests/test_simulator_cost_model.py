@@ -1,0 +1,67 @@
+"""The cost model's fit, and speculation's gain shrinking at large batch because of it."""
+
+import pytest
+
+from simulator import fit_cost_model, profile_from_dict, scenario_from_dict, simulate
+from simulator.cost_model import fit_prefill, fit_verify
+from simulator.profile import PrefillSample, VerifySample
+from simulator_testkit import cpu_like_profile, gpu_like_profile, scenario_dict
+
+
+def test_fit_recovers_the_roofline_knee_and_slopes():
+    fit = fit_verify(profile_from_dict(gpu_like_profile()).verify)
+    assert fit.knee == 256
+    assert fit.weights["excess_tokens"] == pytest.approx(8e-5, rel=0.01)
+    assert fit.weights["batch_tokens"] == pytest.approx(1e-5, rel=0.05)
+    assert fit.max_rel_error < 0.01
+
+
+def test_fit_captures_the_cpu_jump_from_one_to_several_tokens():
+    model = fit_cost_model(profile_from_dict(cpu_like_profile()))
+    one, five = model.verify_s(1, 256), model.verify_s(5, 256)
+    assert one == pytest.approx(0.035 + 2e-6 * 256, rel=0.05)
+    assert five / one == pytest.approx(2.0, rel=0.1)
+
+
+def test_prefill_fit_is_linear_and_nonnegative():
+    samples = [PrefillSample(n, 0.01 + 0.002 * n) for n in (16, 64, 256, 1024)]
+    intercept, per_token, per_token_sq = fit_prefill(samples)
+    assert per_token == pytest.approx(0.002, rel=0.01)
+    assert intercept >= 0 and per_token_sq >= 0
+
+
+def test_costs_never_fall_with_more_work():
+    samples = [VerifySample(t, 100, 0.05 - 0.001 * t) for t in (1, 2, 4, 8)]  # noisy data trending down
+    fit = fit_verify(samples)
+    assert all(w >= 0 for w in fit.weights.values())
+
+
+def test_batch_one_profile_refuses_to_extrapolate_to_batches():
+    model = fit_cost_model(profile_from_dict(cpu_like_profile()))
+    with pytest.raises(ValueError, match="batch=8.*batch > 1"):
+        model.verify_s(5, 256, batch=8)
+
+
+def test_speculation_gain_per_forward_shrinks_with_batch_under_the_fitted_model():
+    model = fit_cost_model(profile_from_dict(gpu_like_profile()))
+    tokens_per_step = 1 + 0.9 + 0.9 * 0.85 + 0.9 * 0.85 * 0.8 + 0.9 * 0.85 * 0.8 * 0.75  # copy class, k = 4
+    gains = [tokens_per_step * model.verify_s(1, 512, b) / model.verify_s(5, 512, b) for b in (1, 16, 64, 256)]
+    assert gains == sorted(gains, reverse=True)
+    assert gains[0] > 3.0 and gains[-1] < 1.0
+
+
+def _throughput(policy: str, max_batch: int) -> float:
+    raw = scenario_dict(profile=gpu_like_profile(), policy=policy,
+                        workload={"arrival": {"process": "poisson", "rate": 1000.0}, "mix": {"copy": 1.0},
+                                  "duration_s": 1.0},
+                        classes__copy__output_tokens=64, classes__copy__prompt_tokens=32,
+                        replicas={"count": 1, "mode": "batching", "max_batch": max_batch})
+    return simulate(scenario_from_dict(raw), with_timeseries=False).summary["throughput_tokens_s"]
+
+
+def test_simulated_speculation_pays_at_small_batch_and_stops_paying_at_large_batch():
+    """~1000 requests queued at once, so every replica runs full batches for the whole run."""
+    gain_small = _throughput("static:ngram:4", 4) / _throughput("none", 4)
+    gain_large = _throughput("static:ngram:4", 256) / _throughput("none", 256)
+    assert gain_small > 2.0
+    assert gain_large < 1.0

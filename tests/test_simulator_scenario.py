@@ -1,0 +1,91 @@
+"""Scenario files: bad input is rejected with one error naming the field; the CLI reports it."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from simulator import load_profile, load_scenario, scenario_from_dict
+from simulator.cli import app
+from simulator_testkit import DELETE, scenario_dict
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"workload__arrival": {"process": "poisson", "rate": -2}}, r"workload\.arrival\.rate must be > 0, got -2"),
+    ({"workload__arrival": {"process": "poisson"}}, r"workload\.arrival\.rate is required"),
+    ({"workload__mix": DELETE}, r"workload\.mix is required"),
+    ({"workload__duration_s": DELETE}, r"workload\.duration_s is required"),
+    ({"profile": DELETE}, r"^profile is required"),
+    ({"classes__copy__output_tokens": DELETE}, r"classes\.copy\.output_tokens is required"),
+    ({"policy": "magic:7"}, r"policy='magic:7'"),
+    ({"policy": "static:int8:4"}, r"policy='static:int8:4'.*int8"),
+    ({"workload__mix": {"nope": 1.0}}, r"workload\.mix\.nope is not a class"),
+    ({"workload__shifts": [{"at_s": 300, "rate": -1}]}, r"workload\.shifts\[0\]\.rate must be > 0, got -1"),
+    ({"workload__shifts": [{"at_s": 300}, {"at_s": 100}]}, r"workload\.shifts\[1\]\.at_s must be after"),
+    ({"workload__arrival": {"process": "poison", "rate": 1}}, r"workload\.arrival: process must be one of"),
+    ({"workload__arrival": {"process": "gamma", "rate": 1, "cv": -1}}, r"workload\.arrival: cv must be > 0"),
+    ({"replicas": {"count": 0}}, r"replicas\.count must be > 0, got 0"),
+    ({"replicas": {"mode": "turbo"}}, r"replicas\.mode must be one of serial, batching, got 'turbo'"),
+    ({"replicas": {"cuont": 2}}, r"replicas\.cuont is not a known field"),
+    ({"slo": {"e2e_s": 0}}, r"slo\.e2e_s must be > 0, got 0"),
+    ({"classes__chat__acceptance": {"ngram": {"rate": 1.5}}}, r"classes\.chat\.acceptance\.ngram\.rate must be"),
+    ({"classes__chat__prompt_tokens": {"dist": "uniform", "low": 9, "high": 3}}, r"classes\.chat\.prompt_tokens"),
+    ({"policy_scope": "global"}, r"policy_scope must be one of replica, key, got 'global'"),
+    ({"compare": {"policies": ["none", "bogus"]}}, r"compare\.policies\[1\]='bogus'"),
+    ({"colour": "blue"}, r"colour is not a known field"),
+])
+def test_bad_scenario_is_rejected_naming_the_field(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        scenario_from_dict(scenario_dict(**overrides))
+
+
+def test_bad_profile_sample_is_named_with_its_index():
+    raw = scenario_dict()
+    raw["profile"]["verify"][2]["seconds"] = -0.1
+    with pytest.raises(ValueError, match=r"profile: verify\[2\]\.seconds must be > 0, got -0\.1"):
+        scenario_from_dict(raw)
+
+
+def test_shipped_examples_load(tmp_path):
+    scenario = load_scenario(REPO / "simulator/scenarios/example_shift.yaml")
+    assert scenario.drafters == ["int8", "ngram"]
+    assert len(scenario.compare_policies) >= 2
+    for name in ("example_cpu.json", "example_gpu_synthetic.json"):
+        assert load_profile(REPO / "simulator/profiles" / name).metadata.get("illustrative") is True
+
+
+def _write(tmp_path, raw, name="s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(raw) if name.endswith(".yaml") else json.dumps(raw))
+    return path
+
+
+def test_cli_rejects_a_bad_file_with_exit_code_2_and_the_field(tmp_path):
+    path = _write(tmp_path, scenario_dict(workload__arrival={"process": "poisson", "rate": -1}))
+    result = CliRunner().invoke(app, ["run", str(path)])
+    assert result.exit_code == 2
+    assert "workload.arrival.rate must be > 0, got -1" in result.output
+
+
+def test_cli_run_prints_a_table_and_writes_json(tmp_path):
+    path = _write(tmp_path, scenario_dict(workload__duration_s=200, workload__shifts=[]), "s.json")
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(app, ["run", str(path), "--no-timeseries", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "TPOT p50 / p95 / p99" in result.output
+    data = json.loads(out.read_text())
+    assert data["policy"] == "static:ngram:4" and data["summary"]["requests"]["completed"] > 0
+
+
+def test_cli_compare_and_capacity(tmp_path):
+    path = _write(tmp_path, scenario_dict(workload__duration_s=400))
+    result = CliRunner().invoke(app, ["compare", str(path), "--policy", "none", "--policy", "static:ngram:4"])
+    assert result.exit_code == 0, result.output
+    assert "static:ngram:4" in result.output and "per phase" in result.output
+    result = CliRunner().invoke(app, ["capacity", str(path), "--rate", "0.5", "--json", str(tmp_path / "c.json")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "c.json").read_text())["replicas"] >= 1
