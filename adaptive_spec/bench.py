@@ -28,6 +28,7 @@ from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.hf_peers import HF_PEERS, HFPeer
 from adaptive_spec.models import LoadedModel
 from policies.base import Policy
+from policies.registry import make_policy
 from policies.static import StaticPolicy
 
 ADAPTIVE_DRAFTERS = ("ngram", "int8")  # what `adaptive` may choose from in the benchmark
@@ -73,17 +74,33 @@ def parse_config(name: str) -> BenchConfig:
     if parts[0] == "static" and len(parts) == 3 and parts[2].isdigit():
         drafter, k = parts[1], int(parts[2])
         return BenchConfig(name, (drafter,), lambda: StaticPolicy(drafter, k))
-    if parts[0] in ("heuristic", "adaptive"):
-        import policies
-
-        factory = getattr(policies, "make_policy", None)
-        if factory is None:
-            raise InvalidParameterError("configs", name, "this build has no controller policies")
-        drafters = (parts[1],) if parts[0] == "heuristic" and len(parts) == 2 else ADAPTIVE_DRAFTERS
-        return BenchConfig(name, drafters, lambda: factory(name, list(drafters)))
+    if parts[0] == "heuristic" and len(parts) >= 2:
+        drafter = name.partition(":")[2]
+        make_policy("heuristic:" + drafter, [drafter])  # fail now on a bad spec
+        return BenchConfig(name, (drafter,), lambda: make_policy("heuristic:" + drafter, [drafter]))
+    if parts[0] == "adaptive":
+        # adaptive:early_stop=threshold+max_k=8 passes AdaptiveConfig fields
+        options = dict(_option(o, name) for o in name.partition(":")[2].split("+") if o)
+        try:
+            make_policy("adaptive", list(ADAPTIVE_DRAFTERS), **options)
+        except ValueError as exc:
+            raise InvalidParameterError("configs", name, str(exc)) from exc
+        return BenchConfig(name, ADAPTIVE_DRAFTERS, lambda: make_policy("adaptive", list(ADAPTIVE_DRAFTERS), **options))
     raise InvalidParameterError(
         "configs", name, "expected plain, static:<drafter>:<k>, heuristic:<drafter>, adaptive, or one of " + ", ".join(HF_PEERS)
     )
+
+
+def _option(text: str, name: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise InvalidParameterError("configs", name, f"option {text!r} must be key=value")
+    for cast in (int, float):
+        try:
+            return key, cast(value)
+        except ValueError:
+            pass
+    return key, value
 
 
 def run_bench(
@@ -92,6 +109,7 @@ def run_bench(
     config_names: list[str],
     max_new_tokens: int,
     progress: Callable[[str], None] | None = None,
+    record_steps: bool = False,
 ) -> dict:
     configs = [parse_config(name) for name in config_names]
     if "plain" not in config_names:
@@ -104,9 +122,6 @@ def run_bench(
         c.name: HFPeer(c.peer, target.model, decoder.eos_ids, drafters["int8"].lm.model if c.peer == "hf-assisted-int8" else None)
         for c in configs if c.peer
     }
-    for c in configs:
-        if c.make_policy:
-            c.policy = c.make_policy()
     encoded = [decoder.encode_prompt(p.prompt) for p in prompts]
 
     def run_one(c: BenchConfig, ids: list[int], cfg: GenerationConfig) -> dict:
@@ -115,12 +130,20 @@ def run_bench(
             return {"token_ids": tokens, "seconds": seconds}
         result = decoder.generate(ids, cfg, policy=c.policy)
         s = result.stats
-        return {"token_ids": result.token_ids, "seconds": s.elapsed_s, "acceptance_rate": s.acceptance_rate,
-                "mean_acceptance_length": s.mean_acceptance_length, "steps": s.steps, "drafts": s.drafts,
-                "draft_tokens": s.draft_tokens, "accepted_tokens": s.accepted_tokens}
+        out = {"token_ids": result.token_ids, "seconds": s.elapsed_s, "acceptance_rate": s.acceptance_rate,
+               "mean_acceptance_length": s.mean_acceptance_length, "steps": s.steps, "drafts": s.drafts,
+               "draft_tokens": s.draft_tokens, "accepted_tokens": s.accepted_tokens, "prefill_s": s.prefill_s}
+        if record_steps:
+            out["step_records"] = [[o.drafter, o.k, o.proposed, o.num_accepted, o.emitted, round(o.draft_s, 6), round(o.verify_s, 6)]
+                                   for o in result.steps]
+        return out
 
     for c in configs:  # first calls pay for allocator growth and kernel selection per shape: keep them out
+        if c.make_policy:
+            c.policy = c.make_policy()
         run_one(c, encoded[0], gen_cfg)
+        if c.make_policy:  # the measured run starts with a fresh controller: it must learn on the job
+            c.policy = c.make_policy()
 
     rows: dict[str, list[dict]] = defaultdict(list)
     for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
@@ -154,6 +177,7 @@ def summarize(model: str, max_new_tokens: int, prompts: list[Prompt], configs: l
         "model": model,
         "max_new_tokens": max_new_tokens,
         "greedy": True,
+        "step_record_fields": ["drafter", "k", "proposed", "accepted", "emitted", "draft_s", "verify_s"],
         "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
                     "torch": torch.__version__, "transformers": transformers.__version__},
         "configs": {},

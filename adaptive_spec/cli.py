@@ -47,11 +47,27 @@ def _load_decoder(model: str, drafters: list[str], device: str, dtype: str, chat
     return SpeculativeDecoder(target, built, chat_template=chat_template)
 
 
+POLICIES = ("static", "heuristic", "adaptive")
+
+
+def _make_policy(name: str, drafters: list[str], k: int):
+    from policies.registry import make_policy
+
+    if name not in POLICIES:
+        raise InvalidParameterError("policy", name, f"expected one of {', '.join(POLICIES)}")
+    spec = {"static": f"static:{drafters[0]}:{k}", "heuristic": f"heuristic:{drafters[0]}", "adaptive": "adaptive"}[name]
+    try:
+        return make_policy(spec, [d for d in drafters if d != "none"])
+    except ValueError as exc:
+        raise InvalidParameterError("policy", spec, str(exc)) from exc
+
+
 @app.command()
 def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="Prompt text (a chat template is applied for chat models)."),
     model: str = typer.Option("smollm2", help="smollm2 | gemma3 | a local Hugging Face folder | a hub id."),
-    drafter: str = typer.Option("ngram", help="none | ngram | int8 | model:<path>."),
+    policy: str = typer.Option("adaptive", help="static | heuristic | adaptive (chooses drafter and k every step)."),
+    drafter: str = typer.Option("ngram,int8", help="Comma-separated drafters: none | ngram | int8 | model:<path>. static and heuristic use the first."),
     k: int = typer.Option(8, help="Draft length for the static policy (0 = plain decoding)."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens to generate at most."),
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples (exact rejection sampling)."),
@@ -67,21 +83,21 @@ def generate(
 ) -> None:
     """Generate a completion with speculative decoding."""
     from adaptive_spec.config import GenerationConfig, validate_draft_len
-    from policies.static import StaticPolicy
 
     validate_draft_len(k)
+    drafters = [d.strip() for d in drafter.split(",") if d.strip()] or ["none"]
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or 1.0,
                            top_k=top_k, top_p=top_p, seed=seed, stop_strings=tuple(stop))
     if temperature < 0:
         raise InvalidParameterError("temperature", temperature, "must be >= 0")
-    decoder = _load_decoder(model, [drafter], device, dtype, chat_template)
-    policy = StaticPolicy(drafter, k)
+    controller = _make_policy(policy, drafters, k)
+    decoder = _load_decoder(model, drafters, device, dtype, chat_template)
     if stream and not as_json:
-        for piece in decoder.stream(prompt, cfg, policy=policy):
+        for piece in decoder.stream(prompt, cfg, policy=controller):
             print(piece, end="", flush=True)
         print()
         return
-    result = decoder.generate(prompt, cfg, policy=policy)
+    result = decoder.generate(prompt, cfg, policy=controller)
     if as_json:
         print(json.dumps(result.to_dict()))
         return
@@ -102,6 +118,7 @@ def bench(
     device: str = typer.Option("auto"),
     dtype: str = typer.Option("float32"),
     markdown: bool = typer.Option(False, help="Also print the table as Markdown (for the README)."),
+    steps: bool = typer.Option(False, "--steps", help="Keep every step's record in the JSON (for timelines)."),
 ) -> None:
     """Run configs side by side on the same prompts (greedy) and compare with plain decoding."""
     from adaptive_spec.bench import load_prompts, markdown_table, parse_config, render_table, run_bench
@@ -119,10 +136,11 @@ def bench(
     with err.status(f"loading {model} ..."):
         target = load_model(model, device=torch_device, dtype=torch_dtype)
     with err.status("benchmarking ...") as status:
-        result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: status.update(f"benchmarking {msg}"))
+        result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: status.update(f"benchmarking {msg}"),
+                           record_steps=steps)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    Console().print(render_table(result))
+    Console(width=200).print(render_table(result))
     if markdown:
         print(markdown_table(result))
     err.print(f"wrote {out}")

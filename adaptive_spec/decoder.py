@@ -27,7 +27,8 @@ from adaptive_spec.result import GenerationResult, GenerationStats
 from adaptive_spec.sampling import logits_to_probs, sample
 from adaptive_spec.verifier import Verdict, rejection_sample, verify_greedy
 from policies.base import Policy
-from policies.outcome import PLAIN, StepOutcome
+from policies.outcome import PLAIN, Action, StepOutcome
+from policies.registry import OverridePolicy, PolicyRegistry
 from policies.static import StaticPolicy
 
 _EMPTY = Proposal(tokens=[])
@@ -44,7 +45,7 @@ class SpeculativeDecoder:
         self,
         target: LoadedModel,
         drafters: Iterable[Drafter] = (),
-        policy: Policy | None = None,
+        policy: Policy | PolicyRegistry | None = None,
         chat_template: bool | None = None,
         observers: list | None = None,
     ) -> None:
@@ -55,7 +56,8 @@ class SpeculativeDecoder:
         self.drafters: dict[str, Drafter] = {PLAIN: NoDrafter()}
         for drafter in drafters:
             self.add_drafter(drafter)
-        self.policy: Policy = policy or StaticPolicy(PLAIN, 0)
+        # a PolicyRegistry keeps one controller per traffic key, learning across requests
+        self.policy: Policy | PolicyRegistry = policy or StaticPolicy(PLAIN, 0)
         has_template = getattr(self.tokenizer, "chat_template", None) is not None
         if chat_template and not has_template:
             raise InvalidParameterError("chat_template", chat_template, f"model {target.name!r} has no chat template")
@@ -96,10 +98,17 @@ class SpeculativeDecoder:
 
     def generate(
         self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None,
-        key: str = "", **overrides
+        key: str = "", force_plain: bool = False, force_drafter: str | None = None, force_k: int | None = None,
+        **overrides,
     ) -> GenerationResult:
-        """Generate a completion; ``overrides`` are GenerationConfig fields (``max_new_tokens=...``)."""
-        steps = self._decode(prompt, _config(config, overrides), policy or self.policy, key)
+        """Generate a completion.
+
+        ``overrides`` are GenerationConfig fields (``max_new_tokens=...``). ``key`` selects the
+        traffic key's controller when the decoder holds a ``PolicyRegistry``; ``force_plain`` or
+        ``force_drafter`` (+ ``force_k``) override its choice for this request only.
+        """
+        chosen = self.policy_for(key, policy, force_plain, force_drafter, force_k)
+        steps = self._decode(prompt, _config(config, overrides), chosen, key)
         while True:
             try:
                 next(steps)
@@ -108,11 +117,12 @@ class SpeculativeDecoder:
 
     def stream(
         self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None,
-        key: str = "", **overrides
+        key: str = "", force_plain: bool = False, force_drafter: str | None = None, force_k: int | None = None,
+        **overrides,
     ) -> Iterator[str]:
         """Yield text as soon as it is accepted. Text that could still become a stop string is held back."""
         cfg = _config(config, overrides)
-        steps = self._decode(prompt, cfg, policy or self.policy, key)
+        steps = self._decode(prompt, cfg, self.policy_for(key, policy, force_plain, force_drafter, force_k), key)
         holdback = max((len(s) for s in cfg.stop_strings), default=1) - 1
         generated: list[int] = []
         sent = 0
@@ -131,6 +141,30 @@ class SpeculativeDecoder:
             if safe > sent:
                 yield text[sent:safe]
                 sent = safe
+
+    def policy_for(self, key: str = "", policy: Policy | None = None, force_plain: bool = False,
+                   force_drafter: str | None = None, force_k: int | None = None) -> Policy:
+        """The controller for one request: an explicit ``policy``, else the decoder's (per key)."""
+        if force_drafter is not None and force_drafter not in self.drafters:
+            raise InvalidParameterError("force_drafter", force_drafter, f"not loaded; loaded: {', '.join(self.drafters)}")
+        if force_k is not None:
+            validate_draft_len(force_k)
+        base = policy or self.policy
+        if isinstance(base, PolicyRegistry):
+            try:
+                return base.for_request(key, force_plain=force_plain, drafter=force_drafter, k=force_k)
+            except ValueError as exc:
+                raise InvalidParameterError("force", (force_plain, force_drafter, force_k), str(exc)) from exc
+        if force_plain:
+            return OverridePolicy(base, Action(PLAIN, 0))
+        if force_drafter is not None:
+            if force_k is None:
+                k_for = getattr(base, "k_for", None)
+                if k_for is None:
+                    raise InvalidParameterError("force_k", None, f"needed to force drafter {force_drafter!r} on a {getattr(base, 'name', 'static')} policy")
+                force_k = k_for(force_drafter)
+            return OverridePolicy(base, Action(force_drafter, force_k))
+        return base
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -177,6 +211,7 @@ class SpeculativeDecoder:
         new, stop_reason = self._finish([first], generated, cfg)
         yield new
 
+        early_stop_for = getattr(policy, "early_stop", None) or getattr(getattr(policy, "inner", None), "early_stop", None)
         decode_start = self._now()
         while stop_reason is None:
             # 2. ask the controller, then cap k so a step never overshoots max_new_tokens
@@ -189,8 +224,17 @@ class SpeculativeDecoder:
                 k = 0
 
             # 3. draft
+            # only drafters with probabilities can stop early; fetched before the clock starts, since
+            # the first call builds the model (and imports scikit-learn)
+            stopper = early_stop_for(drafter.name) if early_stop_for and k > 1 and drafter.vocab_size else None
             t0 = self._now()
-            proposal = drafter.propose(context, k, cfg, generator) if k > 0 else _EMPTY
+            if k > 0:
+                if stopper is None:
+                    proposal = drafter.propose(context, k, cfg, generator)
+                else:
+                    proposal = drafter.propose(context, k, cfg, generator, early_stop=stopper)
+            else:
+                proposal = _EMPTY
             drafts = proposal.tokens[:k]
             t1 = self._now()
 
@@ -211,6 +255,7 @@ class SpeculativeDecoder:
                 drafter=drafter.name, k=k, proposed=len(drafts), num_accepted=verdict.num_accepted, emitted=len(new),
                 draft_s=t1 - t0, verify_s=t2 - t1, context_len=len(context) - len(step_tokens),
                 draft_confidences=proposal.confidences[: len(drafts)] if proposal.confidences else None,
+                draft_entropies=proposal.entropies[: len(drafts)] if proposal.entropies else None,
                 key=key, timestamp=time.time(),
             )
             # 7. record and let the controller learn

@@ -50,9 +50,11 @@ class AdaptiveConfig:
     # longest draft considered: verify costs were measured for 2-16 tokens on the target CPUs;
     # beyond that the cost line extrapolates and KV rollback grows
     max_k: int = 16
-    # acceptance forgets with a 50-step half-life: ~72 effective steps (+-0.06 on a rate of 0.6),
-    # and a traffic shift is half absorbed in ~2 s at 25 steps/s
-    acceptance_half_life_steps: float = 50.0
+    # acceptance forgets with a 16-step half-life: ~23 effective steps (+-0.1 on a rate of 0.6 at
+    # k = 1, far tighter at k = 8). Measured on SmolLM2, acceptance moves with every request
+    # (a copy-heavy prompt accepts 0.9, the next open-ended one 0.05), so a controller that takes
+    # 50+ steps to notice spends a whole request on the wrong k
+    acceptance_half_life_steps: float = 16.0
     # prior acceptance for a drafter never observed: middling, and worth 2 draft tokens of evidence
     prior_acceptance: float = 0.5
     prior_weight: float = 2.0

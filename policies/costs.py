@@ -24,6 +24,16 @@ import math
 from policies.decayed import DecayedMean, decay_for_half_life
 
 
+SPIKE_FACTOR = 4.0  # samples above 4x the prediction are clipped to it
+SPIKE_FLOOR_S = 1e-3  # ... where the prediction is tiny (n-gram lookup), to at least 4 ms
+
+
+def _clip(seconds: float, predicted: float) -> float:
+    if math.isnan(predicted) or predicted <= 0:
+        return seconds
+    return min(seconds, SPIKE_FACTOR * predicted)
+
+
 class DecayedLinearFit:
     """Weighted least squares of ``y ~ intercept + slope * x`` with exponential forgetting.
 
@@ -85,15 +95,22 @@ class CostModel:
 
     def update(self, drafter: str, k: int, proposed: int, draft_s: float, verify_s: float) -> None:
         # Verification cost follows what was actually verified (``proposed``), not what was asked.
+        # A sample far above the current prediction (a GC pause, a first call that builds
+        # kernels, a noisy neighbour on the CPU) is clipped, so one spike cannot swing the model.
         if proposed == 0:
-            self.plain.update(verify_s)
+            plain_s = self.plain.value
+            self.plain.update(_clip(verify_s, plain_s))
         else:
-            self.verify.update(proposed, verify_s)
+            predicted = self.verify_s_by_k(proposed)[proposed] if self.verify.has_data else math.nan
+            self.verify.update(proposed, _clip(verify_s, predicted))
         if k > 0:
             fit = self.draft.get(drafter)
             if fit is None:
                 fit = self.draft[drafter] = DecayedLinearFit(self.half_life_steps)
-            fit.update(proposed, draft_s)
+                fit.update(proposed, draft_s)
+            else:
+                predicted = self.draft_s_by_k(drafter, max(proposed, 1))[max(proposed, 1)]
+                fit.update(proposed, _clip(draft_s, max(predicted, SPIKE_FLOOR_S)))
 
     def plain_s(self) -> float:
         return self.plain.value
@@ -124,7 +141,11 @@ class CostModel:
         fit = self.draft.get(drafter)
         if fit is None:
             return [0.0] * (max_k + 1)
-        mean_x, mean_y = fit.means()
-        prior_slope = mean_y / mean_x if mean_x > 0 else 0.0
-        intercept, slope = fit.coefficients(prior_slope, self.slope_prior_strength)
+        # Slope prior 0: until two draft lengths have been measured, assume a longer draft costs
+        # no more than the one measured. Optimism on purpose: a per-token prior (the mean cost per
+        # drafted token) would price a constant-cost drafter (n-gram lookup, ~0.3 ms whatever k)
+        # as if every token cost that much, so the controller would never try a longer draft and
+        # never learn otherwise. One step at a longer k identifies the slope of a drafter that
+        # really pays per token (a draft model).
+        intercept, slope = fit.coefficients(0.0, self.slope_prior_strength)
         return [0.0] + [max(intercept + slope * k, 0.0) for k in range(1, max_k + 1)]

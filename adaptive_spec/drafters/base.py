@@ -8,7 +8,7 @@ To plug in your own, subclass ``Drafter`` and pass an instance to ``SpeculativeD
 
     class EchoDrafter(Drafter):
         name = "echo"
-        def propose(self, context, k, config, generator):
+        def propose(self, context, k, config, generator, early_stop=None):
             return Proposal(tokens=context[-k:])
 """
 
@@ -27,6 +27,7 @@ class Proposal:
     tokens: list[int]  # proposed ids, at most k
     probs: torch.Tensor | None = None  # [len(tokens), vocab] the draft's q after warping, or None
     confidences: tuple[float, ...] | None = None  # q of each proposed token (features for the controller)
+    entropies: tuple[float, ...] | None = None  # entropy of q at each proposed position, when computed
 
     def __post_init__(self) -> None:
         if self.probs is not None and self.probs.shape[0] != len(self.tokens):
@@ -39,9 +40,14 @@ class Drafter(ABC):
 
     @abstractmethod
     def propose(
-        self, context: list[int], k: int, config: GenerationConfig, generator: torch.Generator | None
+        self, context: list[int], k: int, config: GenerationConfig, generator: torch.Generator | None, early_stop=None
     ) -> Proposal:
-        """Up to ``k`` tokens continuing ``context`` (prompt + everything generated so far)."""
+        """Up to ``k`` tokens continuing ``context`` (prompt + everything generated so far).
+
+        ``early_stop`` (optional, see ``policies.early_stop``) may end the draft before ``k``
+        tokens: drafters with probabilities ask ``early_stop.should_continue(features)`` after each
+        token. Drafters without probabilities ignore it.
+        """
 
     def reset(self) -> None:
         """Forget per-request state (caches). Called at the start of every generation."""
@@ -52,5 +58,5 @@ class NoDrafter(Drafter):
 
     name = "none"
 
-    def propose(self, context, k, config, generator) -> Proposal:
+    def propose(self, context, k, config, generator, early_stop=None) -> Proposal:
         return Proposal(tokens=[])

@@ -26,12 +26,13 @@ class ModelDrafter(Drafter):
     def reset(self) -> None:
         self.lm.reset()
 
-    def propose(self, context: list[int], k: int, config: GenerationConfig, generator) -> Proposal:
+    def propose(self, context: list[int], k: int, config: GenerationConfig, generator, early_stop=None) -> Proposal:
         if k <= 0:
             return Proposal(tokens=[])
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         confidences: list[float] = []
+        entropies: list[float] = []
         logits = self.lm.sync(context)[-1]  # [vocab]
         for i in range(k):
             if config.greedy:
@@ -43,7 +44,12 @@ class ModelDrafter(Drafter):
                 rows.append(probs)
             tokens.append(token)
             confidences.append(float(probs[token]))
+            if early_stop is not None:
+                entropies.append(float(torch.special.entr(probs).sum()))
+                # keep this token (verifying it is nearly free) but draft no further if it is unlikely to pass
+                if not early_stop.should_continue(early_stop.features(confidences[-1], entropies[-1], i)):
+                    break
             if i + 1 < k:  # the last draft needs no forward: its successor is the target's job
                 logits = self.lm.extend([token])[-1]
-        q = torch.stack(rows) if rows else None  # [k, vocab]
-        return Proposal(tokens=tokens, probs=q, confidences=tuple(confidences))
+        q = torch.stack(rows) if rows else None  # [len(tokens), vocab]
+        return Proposal(tokens=tokens, probs=q, confidences=tuple(confidences), entropies=tuple(entropies) or None)

@@ -45,7 +45,7 @@ class NgramDrafter(Drafter):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def propose(self, context, k, config, generator) -> Proposal:
+    def propose(self, context, k, config, generator, early_stop=None) -> Proposal:
         if k <= 0 or len(context) < 2:
             return Proposal(tokens=[])
         tokens = find_ngram_continuation(np.asarray(context, dtype=np.int64), k, self.max_ngram, self.min_ngram)

@@ -12,6 +12,10 @@ static or simulated policy has none, so telemetry reads the controller's decisio
   speculative probe steps every 8-128 plain steps (at most 33% speculative). Both stay on their
   side of 0.5.
 
+A step of a drafter with ``k = 0`` is neither: the decoder caps ``k`` at the tokens left in the
+budget minus one, so the last step of a request can have ``k = 0`` whatever the controller chose;
+such steps are left out of the window.
+
 A change of either becomes a ``Decision``; the very first state of a series is reported with
 ``previous=None`` so that readers can tell an initial state from a switch.
 
@@ -83,6 +87,8 @@ class SpeculationTracker:
 
     def update(self, model: str, key: str, outcome: StepOutcome) -> list[Decision]:
         """Feed one step; returns the decisions it revealed (usually none)."""
+        if outcome.k == 0 and outcome.drafter != PLAIN:
+            return []  # capped by the token budget, not a decision
         s = self.series.get((model, key))
         if s is None:
             s = self.series[(model, key)] = _SeriesState(self.window)

@@ -1,0 +1,171 @@
+"""Measure the engine on this device and write a simulator profile (``adaptive-spec-profile/1``).
+
+What is timed, each the median of ``repeats`` runs after a warm-up:
+
+- prefill: a fresh cache reading prompts of several lengths;
+- verify: one target forward of ``k + 1`` tokens on top of a cache of ``context_len`` tokens, plus
+  the greedy check and the KV rollback - everything of a step but drafting;
+- draft: each drafter's seconds per call and per proposed token;
+- acceptance: per request class (the ``kind`` of the workload prompts) and drafter, the
+  conditional per-position acceptance ``P(position i accepted | 0..i-1 accepted)`` and the hit
+  rate (steps on which the drafter proposed anything), from real greedy generations.
+
+The format is documented in ``simulator/PROFILE.md``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from typing import Callable
+
+import torch
+
+from adaptive_spec.bench import Prompt
+from adaptive_spec.config import GenerationConfig
+from adaptive_spec.decoder import SpeculativeDecoder
+from adaptive_spec.verifier import verify_greedy
+from policies.static import StaticPolicy
+
+PREFILL_LENGTHS = (16, 32, 64, 128, 256, 512)
+VERIFY_TOKENS = (1, 2, 3, 5, 9, 17)  # k + 1 for k = 0, 1, 2, 4, 8, 16
+CONTEXT_LENGTHS = (64, 256, 512)
+ACCEPTANCE_K = 8  # long drafts, so every position up to 8 gets counted
+
+
+def _median_time(fn: Callable[[], None], repeats: int) -> float:
+    fn()  # warm-up: first calls of a shape pay for kernel selection
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _filler(length: int, vocab: int) -> list[int]:
+    g = torch.Generator().manual_seed(length)
+    return torch.randint(100, min(vocab, 20000), (length,), generator=g).tolist()
+
+
+def time_prefill(decoder: SpeculativeDecoder, repeats: int) -> list[dict]:
+    lm = decoder.target
+    samples = []
+    for n in PREFILL_LENGTHS:
+        ids = _filler(n, lm.vocab_size)
+
+        def run():
+            lm.reset()
+            lm.extend(ids)
+
+        samples.append({"prompt_tokens": n, "seconds": _median_time(run, repeats)})
+    return samples
+
+
+def time_verify(decoder: SpeculativeDecoder, repeats: int) -> list[dict]:
+    lm = decoder.target
+    samples = []
+    for context in CONTEXT_LENGTHS:
+        lm.reset()
+        lm.extend(_filler(context, lm.vocab_size))
+        for tokens in VERIFY_TOKENS:
+            step = _filler(tokens, lm.vocab_size)
+
+            def run():
+                logits = lm.extend(step, num_logits=tokens)
+                verify_greedy(step[1:], logits)
+                lm.rollback(context)
+
+            samples.append({"tokens": tokens, "context_len": context, "batch": 1, "seconds": _median_time(run, repeats)})
+    return samples
+
+
+def time_drafters(decoder: SpeculativeDecoder, context_ids: list[int], repeats: int) -> dict:
+    cfg = GenerationConfig(max_new_tokens=16)
+    out = {}
+    for name, drafter in decoder.drafters.items():
+        if name == "none":
+            continue
+        # per call at k = 1 and per token from the slope between k = 1 and k = 8
+        by_k = {}
+        for k in (1, 8):
+            # read the context once: later calls roll back to it and time only the draft itself
+            drafter.reset()
+            drafter.propose(context_ids, 1, cfg, None)
+
+            def incremental():
+                drafter.propose(context_ids, k, cfg, None)
+
+            by_k[k] = _median_time(incremental, repeats)
+        per_token = max((by_k[8] - by_k[1]) / 7, 0.0)
+        out[name] = {"per_token_s": per_token, "per_call_s": max(by_k[1] - per_token, 0.0),
+                     "batched": name != "ngram"}
+    return out
+
+
+def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_new_tokens: int) -> dict:
+    """Per class and drafter: conditional per-position acceptance and hit rate."""
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens)
+    counts: dict = defaultdict(lambda: {"tested": [0] * ACCEPTANCE_K, "accepted": [0] * ACCEPTANCE_K, "steps": 0, "hits": 0})
+    for prompt in prompts:
+        for name in decoder.drafters:
+            if name == "none":
+                continue
+            result = decoder.generate(prompt.prompt, cfg, policy=StaticPolicy(name, ACCEPTANCE_K))
+            c = counts[(prompt.kind, name)]
+            for step in result.steps:
+                if step.k < ACCEPTANCE_K:
+                    continue  # capped by the end of the budget: positions beyond were never asked
+                c["steps"] += 1
+                if step.proposed == 0:
+                    continue
+                c["hits"] += 1
+                # positions 0..num_accepted were tested (the first rejection included), within proposed
+                for i in range(min(step.num_accepted + 1, step.proposed)):
+                    c["tested"][i] += 1
+                    c["accepted"][i] += i < step.num_accepted
+    out: dict = defaultdict(dict)
+    for (kind, name), c in counts.items():
+        per_position = []
+        for tested, accepted in zip(c["tested"], c["accepted"]):
+            if tested < 5:  # too few to estimate: repeat the last estimate
+                break
+            per_position.append(round(accepted / tested, 4))
+        entry = {"per_position": per_position or [0.0]}
+        if c["steps"]:
+            entry["hit_rate"] = round(c["hits"] / c["steps"], 4)
+        out[kind][name] = entry
+    return dict(out)
+
+
+def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int = 5, max_new_tokens: int = 64,
+              progress: Callable[[str], None] | None = None) -> dict:
+    say = progress or (lambda _: None)
+    say("prefill")
+    prefill = time_prefill(decoder, repeats)
+    say("verify")
+    verify = time_verify(decoder, repeats)
+    say("drafters")
+    context = decoder.encode_prompt(prompts[0].prompt)
+    draft = time_drafters(decoder, context, repeats)
+    say("acceptance")
+    acceptance = measure_acceptance(decoder, prompts, max_new_tokens)
+    decoder.target.reset()
+    return {
+        "format": "adaptive-spec-profile/1",
+        "metadata": {
+            "model": decoder.target_model.name,
+            "device": str(decoder.device),
+            "dtype": str(next(decoder.target.model.parameters()).dtype).replace("torch.", ""),
+            "torch_threads": torch.get_num_threads(),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "engine": "adaptive-spec calibrate",
+            "illustrative": False,
+        },
+        "prefill": prefill,
+        "verify": verify,
+        "draft": draft,
+        "acceptance": acceptance,
+    }
