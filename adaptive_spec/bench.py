@@ -110,13 +110,14 @@ def run_bench(
     max_new_tokens: int,
     progress: Callable[[str], None] | None = None,
     record_steps: bool = False,
+    observers: list | None = None,
 ) -> dict:
     configs = [parse_config(name) for name in config_names]
     if "plain" not in config_names:
         configs.insert(0, parse_config("plain"))  # the reference every output is compared with
     drafter_specs = sorted({d for c in configs for d in c.drafters if d != "none"})
     drafters = {spec: build_drafter(spec, target) for spec in drafter_specs}
-    decoder = SpeculativeDecoder(target, drafters.values())
+    decoder = SpeculativeDecoder(target, drafters.values(), observers=observers)
     gen_cfg = GenerationConfig(max_new_tokens=max_new_tokens)
     peers = {
         c.name: HFPeer(c.peer, target.model, decoder.eos_ids, drafters["int8"].lm.model if c.peer == "hf-assisted-int8" else None)

@@ -35,7 +35,18 @@ def _setup_runtime(device: str, dtype: str):
     return torch.device(device), getattr(torch, dtype)
 
 
-def _load_decoder(model: str, drafters: list[str], device: str, dtype: str, chat_template: bool | None):
+TELEMETRY_HELP = ("sqlite | sqlite:PATH | prometheus:PORT | otlp | off, comma-separated to combine. Default: the embedded "
+                  "SQLite store at $ADAPTIVE_SPEC_TELEMETRY_DB or ~/.local/share/adaptive-spec/telemetry.sqlite.")
+
+
+def _observers(spec: str) -> list:
+    from adaptive_spec.telemetry import build_observers
+
+    return build_observers(spec)
+
+
+def _load_decoder(model: str, drafters: list[str], device: str, dtype: str, chat_template: bool | None,
+                  observers: list | None = None):
     from adaptive_spec.decoder import SpeculativeDecoder
     from adaptive_spec.drafters import build_drafter
     from adaptive_spec.models import load_model
@@ -44,7 +55,7 @@ def _load_decoder(model: str, drafters: list[str], device: str, dtype: str, chat
     with err.status(f"loading {model} ..."):
         target = load_model(model, device=torch_device, dtype=torch_dtype)
         built = [build_drafter(d, target) for d in dict.fromkeys(drafters) if d != "none"]
-    return SpeculativeDecoder(target, built, chat_template=chat_template)
+    return SpeculativeDecoder(target, built, chat_template=chat_template, observers=observers)
 
 
 POLICIES = ("static", "heuristic", "adaptive")
@@ -79,6 +90,7 @@ def generate(
     device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N."),
     dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
     stream: bool = typer.Option(False, help="Print text as it is accepted."),
+    telemetry: str = typer.Option("sqlite", help=TELEMETRY_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: text, token_ids, stats."),
 ) -> None:
     """Generate a completion with speculative decoding."""
@@ -91,7 +103,8 @@ def generate(
     if temperature < 0:
         raise InvalidParameterError("temperature", temperature, "must be >= 0")
     controller = _make_policy(policy, drafters, k)
-    decoder = _load_decoder(model, drafters, device, dtype, chat_template)
+    observers = _observers(telemetry)
+    decoder = _load_decoder(model, drafters, device, dtype, chat_template, observers)
     if stream and not as_json:
         for piece in decoder.stream(prompt, cfg, policy=controller):
             print(piece, end="", flush=True)
@@ -119,6 +132,7 @@ def bench(
     dtype: str = typer.Option("float32"),
     markdown: bool = typer.Option(False, help="Also print the table as Markdown (for the README)."),
     steps: bool = typer.Option(False, "--steps", help="Keep every step's record in the JSON (for timelines)."),
+    telemetry: str = typer.Option("sqlite", help=TELEMETRY_HELP),
 ) -> None:
     """Run configs side by side on the same prompts (greedy) and compare with plain decoding."""
     from adaptive_spec.bench import load_prompts, markdown_table, parse_config, render_table, run_bench
@@ -132,12 +146,13 @@ def bench(
     for name in names:
         parse_config(name)  # fail before loading anything
     rows = load_prompts(prompts)
+    observers = _observers(telemetry)
     torch_device, torch_dtype = _setup_runtime(device, dtype)
     with err.status(f"loading {model} ..."):
         target = load_model(model, device=torch_device, dtype=torch_dtype)
     with err.status("benchmarking ...") as status:
         result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: status.update(f"benchmarking {msg}"),
-                           record_steps=steps)
+                           record_steps=steps, observers=observers)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     Console(width=200).print(render_table(result))
@@ -177,6 +192,45 @@ def demo(
     console.print(f"speculative decoding:  {s.tokens_per_s:6.1f} tokens/s  → [bold]{s.tokens_per_s / p.tokens_per_s:.2f}× speed-up[/bold]")
     console.print(f"acceptance rate {s.acceptance_rate:.2f} · mean acceptance length {s.mean_acceptance_length:.2f} · {s.steps} steps for {s.new_tokens} tokens")
     console.print(f"identical to plain decoding: {'yes' if spec.token_ids == plain.token_ids else 'NO'}")
+
+
+@app.command()
+def calibrate(
+    model: str = typer.Option("smollm2"),
+    prompts: Path = typer.Option(Path("benchmarks/workloads.jsonl"), "--prompts", help="JSONL prompts; their kind is the request class."),
+    drafters: str = typer.Option("ngram,int8", help="Comma-separated drafters to profile."),
+    out: Path = typer.Option(Path("simulator/profiles/smollm2_cpu.json"), "--out", help="Profile JSON to write (simulator/PROFILE.md)."),
+    repeats: int = typer.Option(5, help="Timed repeats per sample (the median is kept)."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens per generation when measuring acceptance."),
+    device: str = typer.Option("auto"),
+    dtype: str = typer.Option("float32"),
+) -> None:
+    """Time prefill, verify and drafting on this device and measure acceptance: a simulator profile."""
+    from adaptive_spec.bench import load_prompts
+    from adaptive_spec.calibrate import calibrate as run_calibration
+
+    if repeats < 1:
+        raise InvalidParameterError("repeats", repeats, "must be >= 1")
+    rows = load_prompts(prompts)
+    decoder = _load_decoder(model, [d.strip() for d in drafters.split(",") if d.strip()], device, dtype, None)
+    with err.status("calibrating ...") as status:
+        profile = run_calibration(decoder, rows, repeats, max_new_tokens, progress=lambda m: status.update(f"calibrating: {m}"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(profile, indent=1))
+    plain = next(v["seconds"] for v in profile["verify"] if v["tokens"] == 1)
+    err.print(f"plain step {plain * 1000:.1f} ms; acceptance classes: {', '.join(profile['acceptance'])}; wrote {out}")
+
+
+def _mount_subcommands() -> None:
+    from adaptive_spec.telemetry.cli import alerts_command, telemetry_app
+    from simulator.cli import app as simulate_app
+
+    app.add_typer(telemetry_app, name="telemetry", help="Read the telemetry store: summary per model and drafter.")
+    app.command("alerts", help="Firing and recent alerts from the telemetry store.")(alerts_command)
+    app.add_typer(simulate_app, name="simulate", help="Capacity simulator: run, compare, capacity, sweep.")
+
+
+_mount_subcommands()
 
 
 def main() -> None:
