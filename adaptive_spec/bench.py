@@ -30,6 +30,7 @@ from adaptive_spec.models import LoadedModel
 from policies.base import Policy
 from policies.registry import make_policy
 from policies.static import StaticPolicy
+from policies.with_early_stop import MODES, WithEarlyStop
 
 ADAPTIVE_DRAFTERS = ("ngram", "int8")  # what `adaptive` may choose from in the benchmark
 
@@ -71,8 +72,17 @@ def parse_config(name: str) -> BenchConfig:
     if name in HF_PEERS:
         return BenchConfig(name, ("int8",) if name == "hf-assisted-int8" else (), peer=name)
     parts = name.split(":")
-    if parts[0] == "static" and len(parts) == 3 and parts[2].isdigit():
-        drafter, k = parts[1], int(parts[2])
+    if parts[0] == "static" and len(parts) == 3:
+        # static:int8:8+early_stop=learned measures an early-stop rule under a fixed drafter and k
+        k_text, _, option = parts[2].partition("+")
+        if not k_text.isdigit():
+            raise InvalidParameterError("configs", name, "k in static:<drafter>:<k> must be an integer")
+        drafter, k = parts[1], int(k_text)
+        if option:
+            key, mode = _option(option, name)
+            if key != "early_stop" or mode not in MODES:
+                raise InvalidParameterError("configs", name, f"the only static option is early_stop={'|'.join(MODES)}")
+            return BenchConfig(name, (drafter,), lambda: WithEarlyStop(StaticPolicy(drafter, k), mode))
         return BenchConfig(name, (drafter,), lambda: StaticPolicy(drafter, k))
     if parts[0] == "heuristic" and len(parts) >= 2:
         drafter = name.partition(":")[2]

@@ -221,6 +221,48 @@ def calibrate(
     err.print(f"plain step {plain * 1000:.1f} ms; acceptance classes: {', '.join(profile['acceptance'])}; wrote {out}")
 
 
+@app.command("validate-sim")
+def validate_sim(
+    profile: Path = typer.Option(Path("simulator/profiles/smollm2_cpu.json"), help="Profile from `adaptive-spec calibrate`."),
+    prompts: Path = typer.Option(Path("benchmarks/workloads.jsonl"), "--prompts", help="Prompts; their kind is the request class."),
+    policy: str = typer.Option("static:ngram:8", help="Policy spec used by both the engine and the simulator."),
+    rate: float = typer.Option(0.25, help="Poisson arrival rate, requests/s (moderate load: about half the capacity)."),
+    requests: int = typer.Option(40, help="Requests in the trace."),
+    output_tokens: int = typer.Option(64, "--output-tokens", help="Tokens generated per request."),
+    seed: int = typer.Option(0),
+    model: str = typer.Option("smollm2"),
+    out: Path = typer.Option(Path("benchmarks/results/sim_validation.json"), "--out"),
+) -> None:
+    """Run one seeded open-loop workload on the real engine and in the simulator; compare latency and throughput."""
+    from rich.table import Table
+
+    from adaptive_spec.bench import load_prompts
+    from adaptive_spec.sim_validation import compare, make_trace, run_real, simulate_trace, summarize_real
+
+    if rate <= 0:
+        raise InvalidParameterError("rate", rate, "must be > 0")
+    if not profile.exists():
+        raise InvalidParameterError("profile", str(profile), "file not found; run `adaptive-spec calibrate` first")
+    rows = load_prompts(prompts)
+    decoder = _load_decoder(model, ["ngram", "int8"], "auto", "float32", None)
+    trace = make_trace(decoder, rows, rate, requests, output_tokens, seed)
+    with err.status("serving the trace on the real engine ...") as status:
+        served = run_real(decoder, trace, policy, progress=lambda m: status.update(f"real engine: {m}"))
+    measured = summarize_real(served)
+    predicted = simulate_trace(trace, str(profile), policy, seed)
+    table = Table(title=f"simulator vs real engine · {requests} requests · Poisson {rate}/s · {policy}")
+    for col in ("metric", "measured", "predicted", "error"):
+        table.add_column(col, justify="right" if col != "metric" else "left")
+    comparison = compare(measured, predicted)
+    for row in comparison:
+        table.add_row(row["metric"], f"{row['measured']:.3f}", f"{row['predicted']:.3f}", f"{row['error']:+.1%}")
+    Console(width=120).print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"policy": policy, "rate": rate, "requests": requests, "seed": seed, "profile": str(profile),
+                               "comparison": comparison, "measured": measured, "predicted": predicted, "served": served}, indent=1))
+    err.print(f"wrote {out}")
+
+
 def _mount_subcommands() -> None:
     from adaptive_spec.telemetry.cli import alerts_command, telemetry_app
     from simulator.cli import app as simulate_app

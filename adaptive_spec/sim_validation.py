@@ -1,0 +1,123 @@
+"""Does the simulator predict the real engine? One seeded open-loop workload, run both ways.
+
+1. A trace: Poisson arrivals at ``rate`` requests/s, classes drawn from the workload prompts'
+   kinds, each request a real prompt of its class and a fixed number of output tokens.
+2. The real engine serves it batch-1 FIFO in wall-clock time, as a replica would: a request starts
+   when it has arrived and the previous one is done; its end-to-end latency is finish - arrival.
+3. The simulator replays the same trace (arrival, class, prompt tokens, output tokens) on one
+   serial replica with a profile calibrated on this machine and the same policy spec.
+4. Predicted vs measured p50 / p95 end-to-end latency and throughput, with relative errors.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Callable
+
+import numpy as np
+
+from adaptive_spec.bench import Prompt
+from adaptive_spec.config import GenerationConfig
+from adaptive_spec.decoder import SpeculativeDecoder
+from policies.registry import make_policy
+
+
+def make_trace(decoder: SpeculativeDecoder, prompts: list[Prompt], rate: float, count: int, output_tokens: int,
+               seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    by_class: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by_class.setdefault(p.kind, []).append(p)
+    classes = sorted(by_class)
+    t = 0.0
+    trace = []
+    for i in range(count):
+        if i:
+            t += rng.expovariate(rate)
+        klass = rng.choice(classes)
+        prompt = rng.choice(by_class[klass])
+        trace.append({"arrival_s": t, "class": klass, "prompt_id": prompt.id, "prompt": prompt.prompt,
+                      "prompt_tokens": len(decoder.encode_prompt(prompt.prompt)), "output_tokens": output_tokens})
+    return trace
+
+
+def run_real(decoder: SpeculativeDecoder, trace: list[dict], policy_spec: str,
+             progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Serve the trace in wall-clock time, batch-1 FIFO; one policy instance for the whole run."""
+    drafters = [d for d in decoder.drafters if d != "none"]
+    policy = make_policy(policy_spec, drafters)
+    warm = GenerationConfig(max_new_tokens=trace[0]["output_tokens"], ignore_eos=True)
+    for row in trace[:2]:  # warm the kernels of every shape before the clock starts
+        decoder.generate(row["prompt"], warm, policy=make_policy(policy_spec, drafters))
+    origin = time.perf_counter()
+    served = []
+    for i, row in enumerate(trace):
+        wait = row["arrival_s"] - (time.perf_counter() - origin)
+        if wait > 0:
+            time.sleep(wait)
+        start = time.perf_counter() - origin
+        cfg = GenerationConfig(max_new_tokens=row["output_tokens"], ignore_eos=True)  # the trace fixes the length
+        result = decoder.generate(row["prompt"], cfg, policy=policy)
+        finish = time.perf_counter() - origin
+        served.append({**{k: row[k] for k in ("arrival_s", "class", "prompt_tokens", "output_tokens")},
+                       "start_s": start, "finish_s": finish, "ttft_s": start - row["arrival_s"] + result.stats.prefill_s,
+                       "e2e_s": finish - row["arrival_s"], "acceptance_rate": result.stats.acceptance_rate})
+        if progress:
+            progress(f"request {i + 1}/{len(trace)}")
+    return served
+
+
+def summarize_real(served: list[dict]) -> dict:
+    e2e = np.array([r["e2e_s"] for r in served])
+    ttft = np.array([r["ttft_s"] for r in served])
+    span = max(r["finish_s"] for r in served)
+    return {
+        "e2e_s": {"p50": float(np.percentile(e2e, 50)), "p95": float(np.percentile(e2e, 95))},
+        "ttft_s": {"p50": float(np.percentile(ttft, 50)), "p95": float(np.percentile(ttft, 95))},
+        "throughput_rps": len(served) / span,
+        "throughput_tokens_s": sum(r["output_tokens"] for r in served) / span,
+    }
+
+
+def simulate_trace(trace: list[dict], profile_path: str, policy_spec: str, seed: int) -> dict:
+    from simulator.run import simulate
+    from simulator.scenario import scenario_from_dict
+
+    classes = sorted({r["class"] for r in trace})
+    rows = [{k: r[k] for k in ("arrival_s", "class", "prompt_tokens", "output_tokens")} for r in trace]
+    import json
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_path = Path(tmp) / "trace.jsonl"
+        trace_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        scenario = scenario_from_dict({
+            "name": "validation", "seed": seed, "profile": str(Path(profile_path).resolve()),
+            # lengths come from the trace; these only satisfy the class schema
+            "classes": {c: {"prompt_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"dist": "fixed", "value": 64}}
+                        for c in classes},
+            "workload": {"replay": str(trace_path)},
+            "replicas": {"count": 1, "mode": "serial"},
+            "policy": policy_spec,
+        }, base_dir=tmp)
+        result = simulate(scenario, with_timeseries=False)
+    s = result.summary
+    return {
+        "e2e_s": {"p50": s["e2e_s"]["p50"], "p95": s["e2e_s"]["p95"]},
+        "ttft_s": {"p50": s["ttft_s"]["p50"], "p95": s["ttft_s"]["p95"]},
+        "throughput_rps": s["throughput_rps"],
+        "throughput_tokens_s": s["throughput_tokens_s"],
+    }
+
+
+def compare(measured: dict, predicted: dict) -> list[dict]:
+    rows = []
+    for name, get in (("e2e p50 (s)", lambda d: d["e2e_s"]["p50"]), ("e2e p95 (s)", lambda d: d["e2e_s"]["p95"]),
+                      ("ttft p50 (s)", lambda d: d["ttft_s"]["p50"]), ("ttft p95 (s)", lambda d: d["ttft_s"]["p95"]),
+                      ("throughput (req/s)", lambda d: d["throughput_rps"]),
+                      ("throughput (tok/s)", lambda d: d["throughput_tokens_s"])):
+        m, p = get(measured), get(predicted)
+        rows.append({"metric": name, "measured": m, "predicted": p, "error": (p - m) / m if m else None})
+    return rows
