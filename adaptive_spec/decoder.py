@@ -32,6 +32,7 @@ from policies.registry import OverridePolicy, PolicyRegistry
 from policies.static import StaticPolicy
 
 _EMPTY = Proposal(tokens=[])
+SHADOW_K = 4  # tokens per shadow draft
 
 
 class SpeculativeDecoder:
@@ -212,6 +213,10 @@ class SpeculativeDecoder:
         yield new
 
         early_stop_for = getattr(policy, "early_stop", None) or getattr(getattr(policy, "inner", None), "early_stop", None)
+        shadow = ShadowDrafts(self.drafters.values(), policy, cfg)
+        start_request = getattr(policy, "start_request", None)
+        if start_request is not None:
+            start_request()
         decode_start = self._now()
         while stop_reason is None:
             # 2. ask the controller, then cap k so a step never overshoots max_new_tokens
@@ -224,6 +229,8 @@ class SpeculativeDecoder:
                 k = 0
 
             # 3. draft
+            if k == 0:
+                shadow.propose(context)
             # only drafters with probabilities can stop early; fetched before the clock starts, since
             # the first call builds the model (and imports scikit-learn)
             stopper = early_stop_for(drafter.name) if early_stop_for and k > 1 and drafter.vocab_size else None
@@ -250,6 +257,7 @@ class SpeculativeDecoder:
             # 6. emit accepted + recovered/bonus tokens, stopping at EOS, stop strings or the budget
             step_tokens = [*drafts[: verdict.num_accepted], verdict.next_token]
             context.extend(step_tokens)
+            shadow.resolve(context, drafter.name if drafts else None)
             new, stop_reason = self._finish(step_tokens, generated, cfg)
             outcome = StepOutcome(
                 drafter=drafter.name, k=k, proposed=len(drafts), num_accepted=verdict.num_accepted, emitted=len(new),
@@ -323,6 +331,53 @@ class SpeculativeDecoder:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
+
+
+class ShadowDrafts:
+    """Drafts proposed but never verified, scored against what plain decoding produced next.
+
+    While the controller decodes plainly, drafters that cost nothing to run (no probabilities: n-gram
+    lookup, ~0.3 ms) still propose. Once the tokens that followed are known, the length of the
+    matching prefix is exactly how many drafts the verifier would have accepted (greedy), or a
+    draw with the same law (sampling: a deterministic draft ``x`` is accepted with probability
+    ``p(x)``, the probability that plain sampling produces ``x``). The policy learns acceptance for
+    free, and can turn speculation back on the moment it would pay, instead of probing blindly.
+    """
+
+    def __init__(self, drafters: Iterable[Drafter], policy, cfg: GenerationConfig) -> None:
+        self.observe = getattr(policy, "observe_shadow", None)
+        self.drafters = [d for d in drafters if d.name != PLAIN and d.vocab_size is None] if self.observe else []
+        # short shadow drafts resolve within a few plain steps (one token each), so evidence arrives
+        # while it still matters; deeper positions borrow the drafter's pooled rate. One draft is
+        # started at every plain step, so after the first few steps one resolves at every step.
+        self.k = min(SHADOW_K, int(getattr(getattr(policy, "config", None), "max_k", SHADOW_K)))
+        self.cfg = cfg
+        self.pending: list[tuple[str, int, list[int]]] = []  # (drafter, start index, tokens)
+
+    def propose(self, context: list[int]) -> None:
+        for drafter in self.drafters:
+            tokens = drafter.propose(context, self.k, self.cfg, None).tokens[: self.k]
+            if tokens:
+                self.pending.append((drafter.name, len(context), tokens))
+            else:
+                self.observe(drafter.name, self.k, 0)  # no match: a speculative step would have gained nothing
+
+    def resolve(self, context: list[int], verified_drafter: str | None) -> None:
+        if not self.pending:
+            return
+        still = []
+        for name, start, tokens in self.pending:
+            if name == verified_drafter:
+                continue  # a real verification just measured it
+            known = context[start : start + len(tokens)]
+            matched = 0
+            while matched < len(known) and known[matched] == tokens[matched]:
+                matched += 1
+            if matched < len(known) or len(known) == len(tokens):
+                self.observe(name, len(tokens), matched)
+            else:
+                still.append((name, start, tokens))
+        self.pending = still
 
 
 def _config(config: GenerationConfig | None, overrides: dict) -> GenerationConfig:

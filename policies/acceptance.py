@@ -119,6 +119,21 @@ class AcceptanceProfile:
         self.total_accepted = self.total_accepted * decay + reached
         self.steps += 1
 
+    def soften(self, max_trials: float) -> None:
+        """Scale the evidence down to at most ``max_trials`` pooled trials, keeping every rate.
+
+        Called when a new request starts: what earlier requests showed stays as the prior (the
+        rates are unchanged), but it weighs no more than a few steps of the new request, whose own
+        acceptance (a prompt that can be copied, or one that cannot) then dominates within steps.
+        """
+        if self.total_trials <= max_trials:
+            return
+        factor = max_trials / self.total_trials
+        self.trials = [t * factor for t in self.trials]
+        self.accepted = [a * factor for a in self.accepted]
+        self.total_trials *= factor
+        self.total_accepted *= factor
+
     @property
     def pooled_rate(self) -> float:
         """The iid acceptance rate of Leviathan et al., shrunk toward the prior."""

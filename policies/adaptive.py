@@ -55,6 +55,9 @@ class AdaptiveConfig:
     # (a copy-heavy prompt accepts 0.9, the next open-ended one 0.05), so a controller that takes
     # 50+ steps to notice spends a whole request on the wrong k
     acceptance_half_life_steps: float = 16.0
+    # at a request start the key's acceptance evidence is scaled down to this many draft-token
+    # trials: a prior worth ~2 steps at k = 8, which the request's own steps outweigh quickly
+    request_prior_trials: float = 16.0
     # prior acceptance for a drafter never observed: middling, and worth 2 draft tokens of evidence
     prior_acceptance: float = 0.5
     prior_weight: float = 2.0
@@ -89,6 +92,7 @@ class AdaptiveConfig:
         check_positive("acceptance_half_life_steps", self.acceptance_half_life_steps)
         check_range("prior_acceptance", self.prior_acceptance, 0.0, 1.0, low_open=True, high_open=True)
         check_positive("prior_weight", self.prior_weight)
+        check_positive("request_prior_trials", self.request_prior_trials)
         check_positive("shrink_weight", self.shrink_weight)
         check_positive("cost_half_life_steps", self.cost_half_life_steps)
         check_positive("verify_prior_intercept", self.verify_prior_intercept)
@@ -166,6 +170,7 @@ class AdaptivePolicy:
         self._events: list[AcceptanceCollapse] = []
         self._stoppers: dict[str, Any] = {}
         self._plans: dict[str, DrafterPlan] | None = None  # cache, cleared by observe
+        self._probe_drafter: str | None = None  # the drafter shadow drafting asked to probe
         self._tokens_by_k: dict[str, list[float]] = {}  # per-drafter caches, cleared when it is observed
         self._draft_s_by_k: dict[str, list[float]] = {}
 
@@ -211,7 +216,7 @@ class AdaptivePolicy:
         guard = self.guard
         # 1. a probe burst is due or under way: speculate with the bandit's pick, winning or not
         if guard.wants_spec_probe():
-            drafter, _ = self._select_drafter()
+            drafter = self._probe_drafter or self._select_drafter()[0]
             probe_k = min(self.config.probe_min_k, self.config.max_k)
             return Action(drafter, max(self.plans()[drafter].k, probe_k))
         # 2. the measured guard says speculation loses: plain until the next probe
@@ -250,6 +255,8 @@ class AdaptivePolicy:
         tokens = outcome.num_accepted + 1  # accepted + recovered/bonus; a stop cut is not the drafter's doing
         seconds = max(outcome.step_s, 1e-9)
         self.guard.observe_spec(tokens, seconds, 1.0 / plain_s if plain_s > 0 else math.nan)
+        if not self.guard.probing:  # the burst shadow drafting asked for is over
+            self._probe_drafter = None
         profile = self.profiles.get(outcome.drafter)
         if profile is None:
             return  # a drafter this policy does not choose among (forced by an override)
@@ -260,6 +267,38 @@ class AdaptivePolicy:
         stopper = self._stoppers.get(outcome.drafter)
         if stopper is not None and outcome.draft_confidences:
             stopper.learn_step(outcome.draft_confidences, outcome.num_accepted, outcome.draft_entropies)
+
+    def start_request(self) -> None:
+        """A new request of this traffic key begins (called by the engine before its first step).
+
+        Acceptance depends on the prompt far more than on time: on SmolLM2 prompt lookup accepts
+        ~0.9 on a copy request and ~0.05 on the next open-ended one. The key's profiles are kept
+        as the prior but softened to ``request_prior_trials`` trials, so each request's own
+        acceptance takes over within a few steps instead of a half-life."""
+        for profile in self.profiles.values():
+            profile.soften(self.config.request_prior_trials)
+        self._plans = None
+        self._tokens_by_k.clear()
+        self.guard.start_request()
+
+    def observe_shadow(self, drafter: str, k: int, num_accepted: int) -> None:
+        """Acceptance of a draft that was proposed but not verified, resolved against the tokens
+        plain decoding produced next (*shadow drafting*: only for drafters that cost nothing to run,
+        such as n-gram lookup). It teaches the acceptance profile while speculation is off, and
+        asks the guard for a probe burst as soon as the drafter's plan beats plain decoding."""
+        profile = self.profiles.get(drafter)
+        if profile is None or k <= 0:
+            return
+        profile.update(k, num_accepted)
+        self._plans = None
+        self._tokens_by_k.pop(drafter, None)
+        if self.guard.allowed:
+            return
+        plain = self.plain_tokens_per_s()
+        plan = self.plans()[drafter]
+        if plain > 0 and plan.tokens_per_s > plain * (1.0 + self.config.guard.on_margin):
+            self.guard.request_probe()
+            self._probe_drafter = drafter
 
     def _detect(self, outcome: StepOutcome) -> None:
         alarm = self.detectors[outcome.drafter].update(step_acceptance(outcome.k, outcome.num_accepted))

@@ -63,9 +63,11 @@ class GuardConfig:
     probe_steps: int = 4
     # plain steps before the first probe after turning off
     backoff_initial: int = 8
-    # cap on the plain steps between probes: losing probes then cost ~3-5% of plain speed, and a
-    # recovery is noticed within ~5 s at 25 steps/s
-    backoff_max: int = 128
+    # cap on the plain steps between probes: a losing burst of a draft model (4 steps at k >= 4,
+    # ~4 plain steps each with an int8 self-draft on CPU) then costs ~3% of plain speed. Cheap
+    # drafters (n-gram) are shadow-drafted during plain steps, which triggers a probe as soon as
+    # they would win (``request_probe``), so their recovery does not wait for this cap
+    backoff_max: int = 512
     # one plain step per this many speculative steps keeps plain speed measured (~1.5% cost)
     plain_probe_every: int = 64
 
@@ -109,6 +111,17 @@ class SpeculationGuard:
     def wants_plain_probe(self) -> bool:
         """True when plain speed should be re-measured before speculating on."""
         return self.spec_since_plain >= self.config.plain_probe_every
+
+    def start_request(self) -> None:
+        """A new request: the measured speed of speculation on the previous prompt says little about
+        this one, so judge it afresh (the on/off state and the probe schedule are kept)."""
+        self._reset_speed()
+
+    def request_probe(self) -> None:
+        """Probe at the next step, whatever the backoff: outside evidence (shadow drafting while
+        plain) says a drafter would now win. The burst still has to measure the win."""
+        if not self.allowed and self.probe_remaining == 0:
+            self.plain_streak = max(self.plain_streak, self.backoff)
 
     def observe_plain(self) -> None:
         self.plain_streak += 1

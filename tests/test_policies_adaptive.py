@@ -7,6 +7,7 @@ import pytest
 
 from policies.adaptive import AdaptiveConfig, AdaptivePolicy
 from policies.goodput import best_draft_len
+from policies.guard import GuardConfig
 from policies.acceptance import expected_tokens_by_k
 from policies.outcome import Action, StepOutcome
 from policies.static import StaticPolicy
@@ -48,9 +49,14 @@ def test_k_shrinks_when_acceptance_falls():
     assert 2 <= mean_k([o for o in low[-100:] if o.k > 0]) <= 8
 
 
+# the synthetic drafter is not shadow-drafted, so these tests use the shorter probe cap that a drafter
+# without shadow drafting relies on to notice a recovery
+SHORT_BACKOFF = AdaptiveConfig(guard=GuardConfig(backoff_max=128))
+
+
 def test_speculation_turns_off_when_verify_cost_makes_it_lose_and_is_never_much_slower_than_plain():
     env = env_with(0.6)
-    policy = AdaptivePolicy(["ngram"])
+    policy = AdaptivePolicy(["ngram"], SHORT_BACKOFF)
     run_policy(policy, env, 300)
     env.set_costs(verify_intercept=3.0)  # the machine got busy: verification now costs 3x a token
     after = run_policy(policy, env, 700)
@@ -63,7 +69,7 @@ def test_speculation_turns_off_when_verify_cost_makes_it_lose_and_is_never_much_
 
 def test_speculation_recovers_after_probes_when_acceptance_comes_back():
     env = env_with(0.05)
-    policy = AdaptivePolicy(["ngram"])
+    policy = AdaptivePolicy(["ngram"], SHORT_BACKOFF)
     collapsed = run_policy(policy, env, 400)
     assert speculative_fraction(collapsed[-200:]) < 0.1
     probes = [i for i, o in enumerate(collapsed) if o.k > 0 and i >= 200]
@@ -75,7 +81,7 @@ def test_speculation_recovers_after_probes_when_acceptance_comes_back():
 
 
 def test_probe_backoff_doubles_while_speculation_keeps_losing():
-    policy = AdaptivePolicy(["ngram"])
+    policy = AdaptivePolicy(["ngram"], SHORT_BACKOFF)
     run_policy(policy, env_with(0.02), 600)
     assert policy.guard.backoff == policy.config.guard.backoff_max
     assert not policy.guard.allowed
@@ -140,3 +146,22 @@ def test_invalid_guard_and_detector_parameters_name_the_parameter():
     with pytest.raises(ValueError, match=r"unknown adaptive policy parameter k_max=4"):
         AdaptiveConfig.from_kwargs(k_max=4)
     assert dataclasses.replace(AdaptiveConfig(), max_k=8).max_k == 8
+
+
+def test_shadow_acceptance_asks_for_a_probe_while_speculation_is_off():
+    policy = AdaptivePolicy(["ngram"], SHORT_BACKOFF)
+    run_policy(policy, env_with(0.02), 300)
+    assert not policy.guard.allowed and not policy.guard.wants_spec_probe()
+    for _ in range(12):  # plain decoding shows the n-gram drafts would now be accepted in full
+        policy.observe_shadow("ngram", 16, 16)
+    assert policy.guard.wants_spec_probe()
+    assert policy.decide().drafter == "ngram"
+
+
+def test_poor_shadow_acceptance_does_not_trigger_probes():
+    policy = AdaptivePolicy(["ngram"], SHORT_BACKOFF)
+    run_policy(policy, env_with(0.02), 300)
+    streak = policy.guard.plain_streak
+    for _ in range(12):
+        policy.observe_shadow("ngram", 16, 0)
+    assert policy.guard.plain_streak == streak and not policy.guard.wants_spec_probe()
