@@ -42,7 +42,7 @@ words = "apple river stone window candle garden silver morning paper engine"
 collapse_prompts = [
  f"Here are some words: {words}, {words}, {words}. Ignore them and write a short story about a dragon.",
  f"Notes: the the the the the the the the the, and and and and and. Now explain how rain forms.",
- f"List: 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3. Forget the list and describe your favourite food.",
+ f"Codes: XK-41 XK-41 XK-41 PL-07 PL-07 PL-07 ZZ-93 ZZ-93 ZZ-93. Forget the codes and describe your favourite food.",
  f"Tags: #sun #sea #sand #sun #sea #sand #sun #sea #sand. Write a poem about winter in the forest.",
 ]
 collapse = [{"id": f"collapse-{i:02d}", "kind": "collapse", "prompt": p} for i, p in enumerate(collapse_prompts)]

@@ -16,6 +16,13 @@ Each step it answers "which drafter, how many drafts (0: none)?" by putting toge
    instead of at the speed of its half-life (``policies.change``).
 7. Optionally an early stop per drafter, trained from ``StepOutcome.draft_confidences``
    (``policies.early_stop``); the drafter loop fetches it with ``early_stop(drafter)``.
+8. Shadow drafting (``observe_shadow``): while decoding plainly, the engine still runs drafters
+   that cost nothing (n-gram lookup) and reports how much of each draft plain decoding went on to
+   produce. Acceptance stays measured while speculation is off, and a probe burst starts the
+   moment a drafter would win, instead of waiting for the backoff schedule.
+9. Per-request softening (``start_request``): acceptance depends on the prompt more than on time,
+   so at each request start the key's profiles are scaled down to a small prior, and the guard's
+   measured speed is reset; the new request's own steps decide within a few steps.
 
 ``decide`` only reads state (calling it twice returns the same action); all learning happens in
 ``observe``, which accepts outcomes of actions it did not choose (overrides, other requests of
@@ -228,9 +235,17 @@ class AdaptivePolicy:
         # 4. discounted UCB over drafters, with the cost model's predicted speed as each mean;
         #    plain decoding when even the most optimistic index does not beat it
         drafter, index = self._select_drafter()
+        # the bonus picks which drafter to try among those that could win, but speculating at all
+        # needs a predicted win: exploring a drafter that is predicted to lose is the probes' job
+        # (on a schedule, or when shadow drafting sees a recovery), not every step's
+        plans = self.plans()
+        plain_s = self.costs.plain_s()
+        if not plans[drafter].tokens_per_s * plain_s > 1.0:
+            drafter = max(plans, key=lambda d: plans[d].tokens_per_s)  # NaN-free: plain_s is measured here
+            index = 0.0 if not plans[drafter].tokens_per_s * plain_s > 1.0 else index
         if not index > 1.0:
             return _PLAIN_ACTION
-        return Action(drafter, self.plans()[drafter].k)
+        return Action(drafter, plans[drafter].k)
 
     def _select_drafter(self) -> tuple[str, float]:
         """The drafter with the highest UCB index and that index, in units of plain speed."""

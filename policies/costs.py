@@ -24,6 +24,10 @@ import math
 from policies.decayed import DecayedMean, decay_for_half_life
 
 
+# the draft slope's prior (0) is optimism meant to get a longer draft tried, not a belief: it
+# weighs ~one step, so two measured lengths identify the slope of a drafter that pays per token
+DRAFT_SLOPE_PRIOR_STRENGTH = 1.0
+MIN_SAMPLES_AT_K = 3.0  # decayed weight of measurements at one k before they replace the line
 SPIKE_FACTOR = 4.0  # samples above 4x the prediction are clipped to it
 SPIKE_FLOOR_S = 1e-3  # ... where the prediction is tiny (n-gram lookup), to at least 4 ms
 
@@ -91,6 +95,10 @@ class CostModel:
         self.slope_prior_strength = slope_prior_strength
         self.plain = DecayedMean(half_life_steps)
         self.verify = DecayedLinearFit(half_life_steps)
+        # measured means per verified length: the line is only for lengths not measured enough.
+        # On a CPU the cost is not linear in k: 2-3 tokens cost ~1.05x one token, 9 tokens ~2x,
+        # and a line through all of them overprices the short drafts that pay at low acceptance
+        self.verify_at: dict[int, DecayedMean] = {}
         self.draft: dict[str, DecayedLinearFit] = {}
 
     def update(self, drafter: str, k: int, proposed: int, draft_s: float, verify_s: float) -> None:
@@ -102,7 +110,12 @@ class CostModel:
             self.plain.update(_clip(verify_s, plain_s))
         else:
             predicted = self.verify_s_by_k(proposed)[proposed] if self.verify.has_data else math.nan
-            self.verify.update(proposed, _clip(verify_s, predicted))
+            clipped = _clip(verify_s, predicted)
+            self.verify.update(proposed, clipped)
+            at = self.verify_at.get(proposed)
+            if at is None:
+                at = self.verify_at[proposed] = DecayedMean(self.half_life_steps)
+            at.update(clipped)
         if k > 0:
             fit = self.draft.get(drafter)
             if fit is None:
@@ -118,18 +131,40 @@ class CostModel:
     def verify_s_by_k(self, max_k: int) -> list[float]:
         """Predicted verify seconds for ``k = 0..max_k`` (entry 0 is ``plain_s``).
 
-        A forward over more tokens never costs less than over one, so predictions are floored at
-        ``plain_s``.
+        Before any speculative step: the prior line ``intercept + slope * k`` in units of the
+        measured plain step. Afterwards, the measured mean at each ``k`` verified often enough, and
+        for the others: linear interpolation between measured neighbours (``plain_s`` at ``k = 0``
+        included), and optimism beyond them: a longer draft than any measured is priced like the
+        longest measured, so the controller tries it and learns its real price. (On a 2-core CPU the curve is far from a line: 2-3 tokens cost
+        ~1.1x one token, 4 tokens ~1.6x, 9 tokens ~2x.) A longer draft never costs less to verify
+        than a shorter one, so predictions are made non-decreasing in ``k``.
         """
         plain_s = self.plain.value
         if math.isnan(plain_s):
             return [math.nan] * (max_k + 1)
-        prior_slope = self.verify_prior_slope * plain_s
-        if self.verify.has_data:
-            intercept, slope = self.verify.coefficients(prior_slope, self.slope_prior_strength)
-        else:
-            intercept, slope = self.verify_prior_intercept * plain_s, prior_slope
-        return [plain_s] + [max(intercept + slope * k, plain_s) for k in range(1, max_k + 1)]
+        measured = sorted((k, at.value) for k, at in self.verify_at.items() if at.weight >= MIN_SAMPLES_AT_K)
+        out = [plain_s]
+        if not measured:
+            prior_slope = self.verify_prior_slope * plain_s
+            if self.verify.has_data:
+                intercept, slope = self.verify.coefficients(prior_slope, self.slope_prior_strength)
+            else:
+                intercept, slope = self.verify_prior_intercept * plain_s, prior_slope
+            for k in range(1, max_k + 1):
+                out.append(max(intercept + slope * k, out[-1]))
+            return out
+        points = [(0, plain_s), *measured]
+        j = 0
+        for k in range(1, max_k + 1):
+            while j + 1 < len(points) and points[j + 1][0] <= k:
+                j += 1
+            if j + 1 == len(points):  # at or beyond the longest measured draft
+                value = points[-1][1]
+            else:
+                (k0, v0), (k1, v1) = points[j], points[j + 1]
+                value = v0 + (v1 - v0) * (k - k0) / (k1 - k0)
+            out.append(max(value, out[-1]))
+        return out
 
     def draft_s_by_k(self, drafter: str, max_k: int) -> list[float]:
         """Predicted draft seconds for ``k = 0..max_k``; zeros for a drafter never observed.
@@ -147,5 +182,5 @@ class CostModel:
         # as if every token cost that much, so the controller would never try a longer draft and
         # never learn otherwise. One step at a longer k identifies the slope of a drafter that
         # really pays per token (a draft model).
-        intercept, slope = fit.coefficients(0.0, self.slope_prior_strength)
+        intercept, slope = fit.coefficients(0.0, DRAFT_SLOPE_PRIOR_STRENGTH)
         return [0.0] + [max(intercept + slope * k, 0.0) for k in range(1, max_k + 1)]

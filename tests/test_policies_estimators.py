@@ -76,17 +76,21 @@ def test_linear_fit_recovers_a_line_and_falls_back_to_the_prior_slope():
     assert single.coefficients(prior_slope=0.01, strength=1.0) == pytest.approx((0.06, 0.01))
 
 
-def test_cost_model_measures_plain_separately_and_prices_unseen_k_on_the_fitted_line():
+def test_cost_model_measures_plain_separately_and_interpolates_unseen_k_between_measured_ones():
     costs = CostModel(half_life_steps=1e9, verify_prior_intercept=1.5, verify_prior_slope=0.05,
                       slope_prior_strength=1e-6)
     assert math.isnan(costs.plain_s())
     costs.update("none", 0, 0, 0.0, 0.035)
     # before any speculative step: the prior line, in units of the measured plain step
     assert costs.verify_s_by_k(2)[2] == pytest.approx(0.035 * 1.6)
-    for proposed in (2, 4, 6):
-        costs.update("int8", proposed, proposed, 0.02 * proposed, 0.063 + 0.002 * proposed)
+    for _ in range(20):  # enough spread in k that the draft slope's weak prior (0) no longer matters
+        for proposed in (2, 4, 6):
+            costs.update("int8", proposed, proposed, 0.02 * proposed, 0.063 + 0.002 * proposed)
     verify = costs.verify_s_by_k(16)
     assert verify[0] == pytest.approx(0.035)
-    assert verify[16] == pytest.approx(0.063 + 0.032, rel=1e-3)  # extrapolated along the fit
-    assert costs.draft_s_by_k("int8", 10)[10] == pytest.approx(0.2, rel=1e-3)
+    assert verify[4] == pytest.approx(0.063 + 0.008)  # measured
+    assert verify[3] == pytest.approx((0.063 + 0.004 + 0.063 + 0.008) / 2)  # between measured 2 and 4
+    assert verify[1] == pytest.approx((0.035 + 0.063 + 0.004) / 2)  # between plain (k = 0) and 2
+    assert verify[16] == pytest.approx(0.063 + 0.012)  # beyond 6: priced like 6 until tried
+    assert costs.draft_s_by_k("int8", 10)[10] == pytest.approx(0.2, rel=0.01)
     assert costs.draft_s_by_k("never-seen", 3) == [0.0] * 4  # optimistic until tried
