@@ -58,7 +58,7 @@ class SpeculativeDecoder:
         for drafter in drafters:
             self.add_drafter(drafter)
         # a PolicyRegistry keeps one controller per traffic key, learning across requests
-        self.policy: Policy | PolicyRegistry = policy or StaticPolicy(PLAIN, 0)
+        self.policy: Policy | PolicyRegistry = policy if policy is not None else StaticPolicy(PLAIN, 0)
         has_template = getattr(self.tokenizer, "chat_template", None) is not None
         if chat_template and not has_template:
             raise InvalidParameterError("chat_template", chat_template, f"model {target.name!r} has no chat template")
@@ -150,7 +150,7 @@ class SpeculativeDecoder:
             raise InvalidParameterError("force_drafter", force_drafter, f"not loaded; loaded: {', '.join(self.drafters)}")
         if force_k is not None:
             validate_draft_len(force_k)
-        base = policy or self.policy
+        base = policy if policy is not None else self.policy  # an empty registry is falsy
         if isinstance(base, PolicyRegistry):
             try:
                 return base.for_request(key, force_plain=force_plain, drafter=force_drafter, k=force_k)
