@@ -90,7 +90,7 @@ def test_same_seed_same_model():
 
 
 def test_policy_hands_out_one_stopper_per_drafter_and_trains_it_from_outcomes():
-    policy = AdaptivePolicy(["int8"])
+    policy = AdaptivePolicy(["int8"], AdaptiveConfig(early_stop="learned"))
     stopper = policy.early_stop("int8")
     assert policy.early_stop("int8") is stopper
     for _ in range(40):

@@ -106,3 +106,38 @@ def test_cli_generate_json_and_clean_errors(tmp_path):
         assert bad.returncode != 0 and needle in bad.stderr and "Traceback" not in bad.stderr, (args, bad.stderr)
     empty = subprocess.run([*cli, "generate", "--prompt", ""], capture_output=True, text=True, timeout=300)
     assert empty.returncode != 0 and "prompt" in empty.stderr and "Traceback" not in empty.stderr
+
+
+def test_model_path_drafter_with_the_same_vocabulary_is_lossless(smollm2, smollm2_decoder, tmp_path):
+    """``model:<folder>``: any causal LM folder with the target's tokenizer, here a random-init one."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=smollm2.model.config.vocab_size, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=smollm2.max_context)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    smollm2.tokenizer.save_pretrained(tmp_path)
+    drafter = build_drafter(f"model:{tmp_path}", smollm2)
+    decoder = SpeculativeDecoder(smollm2, [drafter])
+    plain = smollm2_decoder.generate(PROMPTS[0], max_new_tokens=24, policy=StaticPolicy("none", 0))
+    spec = decoder.generate(PROMPTS[0], max_new_tokens=24, policy=StaticPolicy(drafter.name, 3))
+    assert spec.token_ids == plain.token_ids
+    assert spec.stats.draft_tokens > 0
+
+
+def test_draft_model_with_another_tokenizer_is_rejected(smollm2, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from adaptive_spec import InvalidParameterError
+
+    config = LlamaConfig(vocab_size=smollm2.model.config.vocab_size, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    import copy
+
+    other = copy.deepcopy(smollm2.tokenizer)
+    other.add_tokens(["<draft-only-token-a>", "<draft-only-token-b>"])  # same logits size, other vocabulary
+    other.save_pretrained(tmp_path)
+    with pytest.raises(InvalidParameterError, match="vocabulary"):
+        build_drafter(f"model:{tmp_path}", smollm2)
