@@ -13,7 +13,7 @@ from adaptive_spec.drafters import NgramDrafter
 from adaptive_spec.telemetry.alerts import AlertEvaluator, AlertRules, CollapseRule, SpeculationOffRule
 from adaptive_spec.telemetry.recorder import RecorderConfig, StoreRecorder
 from adaptive_spec.telemetry.store import read_alerts, read_decisions
-from policies import StaticPolicy, make_policy
+from policies import Action, OverridePolicy, StaticPolicy, make_policy
 from telemetry_testkit import FakeClock, Retimed, SwitchableDrafter
 from tiny import loaded, tiny_llama
 
@@ -91,8 +91,11 @@ def test_stationary_stream_raises_no_alert(tmp_path, torch_two_threads):
 def test_adaptive_policy_collapse_event_is_recorded_as_a_decision(tmp_path, torch_two_threads):
     # the policy's change detector sees acceptance only (no timings), so this is deterministic;
     # whether its guard then turns speculation off depends on measured costs, so it is not asserted
+    # the tiny draft costs as much as the target, so the adaptive policy would (rightly) decode
+    # plainly; forcing its action keeps speculation on while the policy still observes every step
     drafter = SwitchableDrafter(tiny_llama(0))
-    h = Harness(tmp_path, drafter, make_policy("adaptive", ["d"], early_stop="off"))
+    adaptive = make_policy("adaptive", ["d"], early_stop="off")
+    h = Harness(tmp_path, drafter, OverridePolicy(adaptive, Action("d", 4)))
     h.run_until(6.0)
     drafter.mode, switched_at = "bad", h.clock.now
     h.run_until(6.0)
