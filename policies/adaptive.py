@@ -89,8 +89,8 @@ class AdaptiveConfig:
     probe_min_k: int = 4
     # "learned" (SGD logistic regression), "threshold" (transformers' 0.4 rule) or "off"
     # Default "threshold": measured on SmolLM2 with the int8 self-draft at k = 8 (benchmarks/
-    # workloads.jsonl), transformers' 0.4 rule lifted tokens/s from 0.55x to 0.78x plain while the
-    # learned model (16.1 vs 16.0 tok/s) did not measurably help, so it stays opt-in
+    # workloads.jsonl), transformers' 0.4 rule lifted tokens/s from 0.55x to 0.92x plain while the
+    # learned model (15.8 vs 15.6 tok/s without early stop) did not measurably help: it is opt-in
     early_stop: str = "threshold"
     # the probability below which drafting stops (q for "threshold", P(accept) for "learned")
     early_stop_threshold: float = 0.4
