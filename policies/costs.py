@@ -99,6 +99,7 @@ class CostModel:
         # On a CPU the cost is not linear in k: 2-3 tokens cost ~1.05x one token, 9 tokens ~2x,
         # and a line through all of them overprices the short drafts that pay at low acceptance
         self.verify_at: dict[int, DecayedMean] = {}
+        self._verify_cache: tuple[int, list[float]] | None = None  # (max_k, predictions) until the next update
         self.draft: dict[str, DecayedLinearFit] = {}
 
     def update(self, drafter: str, k: int, proposed: int, draft_s: float, verify_s: float) -> None:
@@ -108,6 +109,7 @@ class CostModel:
         if proposed == 0:
             plain_s = self.plain.value
             self.plain.update(_clip(verify_s, plain_s))
+            self._verify_cache = None
         else:
             predicted = self.verify_s_by_k(proposed)[proposed] if self.verify.has_data else math.nan
             clipped = _clip(verify_s, predicted)
@@ -116,6 +118,7 @@ class CostModel:
             if at is None:
                 at = self.verify_at[proposed] = DecayedMean(self.half_life_steps)
             at.update(clipped)
+        self._verify_cache = None
         if k > 0:
             fit = self.draft.get(drafter)
             if fit is None:
@@ -139,6 +142,14 @@ class CostModel:
         ~1.1x one token, 4 tokens ~1.6x, 9 tokens ~2x.) A longer draft never costs less to verify
         than a shorter one, so predictions are made non-decreasing in ``k``.
         """
+        cached = self._verify_cache
+        if cached is not None and cached[0] >= max_k:
+            return cached[1][: max_k + 1]
+        out = self._predict_verify(max_k)
+        self._verify_cache = (max_k, out)
+        return out[:]
+
+    def _predict_verify(self, max_k: int) -> list[float]:
         plain_s = self.plain.value
         if math.isnan(plain_s):
             return [math.nan] * (max_k + 1)
