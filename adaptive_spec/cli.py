@@ -45,6 +45,16 @@ def _observers(spec: str) -> list:
     return build_observers(spec)
 
 
+def _check_prompts_file(path: Path) -> None:
+    if not path.is_file():
+        raise InvalidParameterError("prompts", str(path), "file not found")
+
+
+def _check_positive_int(name: str, value: int) -> None:
+    if value < 1:
+        raise InvalidParameterError(name, value, "must be >= 1")
+
+
 def _load_decoder(model: str, drafters: list[str], device: str, dtype: str, chat_template: bool | None,
                   observers: list | None = None):
     from adaptive_spec.decoder import SpeculativeDecoder
@@ -100,8 +110,6 @@ def generate(
     drafters = [d.strip() for d in drafter.split(",") if d.strip()] or ["none"]
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or 1.0,
                            top_k=top_k, top_p=top_p, seed=seed, stop_strings=tuple(stop))
-    if temperature < 0:
-        raise InvalidParameterError("temperature", temperature, "must be >= 0")
     controller = _make_policy(policy, drafters, k)
     observers = _observers(telemetry)
     decoder = _load_decoder(model, drafters, device, dtype, chat_template, observers)
@@ -138,10 +146,8 @@ def bench(
     from adaptive_spec.bench import load_prompts, markdown_table, parse_config, render_table, run_bench
     from adaptive_spec.models import load_model
 
-    if max_new_tokens < 1:
-        raise InvalidParameterError("max_new_tokens", max_new_tokens, "must be >= 1")
-    if not prompts.exists():
-        raise InvalidParameterError("prompts", str(prompts), "file not found")
+    _check_positive_int("max_new_tokens", max_new_tokens)
+    _check_prompts_file(prompts)
     names = [c.strip() for c in configs.split(",") if c.strip()]
     for name in names:
         parse_config(name)  # fail before loading anything
@@ -196,6 +202,85 @@ def demo(
     mal = f"{s.mean_acceptance_length:.2f}" if s.mean_acceptance_length is not None else "-"
     console.print(f"acceptance rate {acc} · mean acceptance length {mal} · {s.steps} steps for {s.new_tokens} tokens")
     console.print(f"identical to plain decoding: {'yes' if spec.token_ids == plain.token_ids else 'NO'}")
+
+
+@app.command()
+def calibrate(
+    model: str = typer.Option("smollm2"),
+    prompts: Path = typer.Option(Path("benchmarks/workloads.jsonl"), "--prompts", help="JSONL prompts; their kind is the request class."),
+    drafters: str = typer.Option("ngram,int8", help="Comma-separated drafters to profile."),
+    out: Path = typer.Option(Path("simulator/profiles/smollm2_cpu.json"), "--out", help="Profile JSON to write (simulator/PROFILE.md)."),
+    repeats: int = typer.Option(5, help="Timed repeats per sample (the median is kept)."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens per generation when measuring acceptance."),
+    device: str = typer.Option("auto"),
+    dtype: str = typer.Option("float32"),
+) -> None:
+    """Time prefill, verify and drafting on this device and measure acceptance: a simulator profile."""
+    from adaptive_spec.bench import load_prompts
+    from adaptive_spec.calibrate import calibrate as run_calibration
+
+    _check_positive_int("repeats", repeats)
+    _check_positive_int("max_new_tokens", max_new_tokens)
+    _check_prompts_file(prompts)
+    rows = load_prompts(prompts)
+    decoder = _load_decoder(model, [d.strip() for d in drafters.split(",") if d.strip()], device, dtype, None)
+    with err.status("calibrating ...") as status:
+        profile = run_calibration(decoder, rows, repeats, max_new_tokens, progress=lambda m: status.update(f"calibrating: {m}"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(profile, indent=1))
+    plain = next(v["seconds"] for v in profile["verify"] if v["tokens"] == 1)
+    err.print(f"plain step {plain * 1000:.1f} ms; acceptance classes: {', '.join(profile['acceptance'])}; wrote {out}")
+
+
+@app.command("validate-sim")
+def validate_sim(
+    profile: Path = typer.Option(Path("simulator/profiles/smollm2_cpu.json"), help="Profile from `adaptive-spec calibrate`."),
+    prompts: Path = typer.Option(Path("benchmarks/workloads.jsonl"), "--prompts", help="Prompts; their kind is the request class."),
+    policy: str = typer.Option("static:ngram:8", help="Policy spec used by both the engine and the simulator."),
+    rate: float = typer.Option(0.25, help="Poisson arrival rate, requests/s (moderate load: about half the capacity)."),
+    requests: int = typer.Option(40, help="Requests in the trace."),
+    output_tokens: int = typer.Option(64, "--output-tokens", help="Tokens generated per request."),
+    seed: int = typer.Option(0),
+    model: str = typer.Option("smollm2"),
+    out: Path = typer.Option(Path("benchmarks/results/sim_validation.json"), "--out"),
+) -> None:
+    """Run one seeded open-loop workload on the real engine and in the simulator; compare latency and throughput."""
+    from rich.table import Table
+
+    from adaptive_spec.bench import load_prompts
+    from adaptive_spec.sim_validation import compare, make_trace, run_real, simulate_trace, summarize_real
+
+    if rate <= 0:
+        raise InvalidParameterError("rate", rate, "must be > 0")
+    _check_positive_int("requests", requests)
+    _check_positive_int("output_tokens", output_tokens)
+    if not profile.exists():
+        raise InvalidParameterError("profile", str(profile), "file not found; run `adaptive-spec calibrate` first")
+    _check_prompts_file(prompts)
+    from policies.registry import make_policy
+
+    try:
+        make_policy(policy, ["ngram", "int8"])  # fail before loading the model
+    except ValueError as exc:
+        raise InvalidParameterError("policy", policy, str(exc)) from exc
+    rows = load_prompts(prompts)
+    decoder = _load_decoder(model, ["ngram", "int8"], "auto", "float32", None)
+    trace = make_trace(decoder, rows, rate, requests, output_tokens, seed)
+    with err.status("serving the trace on the real engine ...") as status:
+        served = run_real(decoder, trace, policy, progress=lambda m: status.update(f"real engine: {m}"))
+    measured = summarize_real(served)
+    predicted = simulate_trace(trace, str(profile), policy, seed)
+    table = Table(title=f"simulator vs real engine · {requests} requests · Poisson {rate}/s · {policy}")
+    for col in ("metric", "measured", "predicted", "error"):
+        table.add_column(col, justify="right" if col != "metric" else "left")
+    comparison = compare(measured, predicted)
+    for row in comparison:
+        table.add_row(row["metric"], f"{row['measured']:.3f}", f"{row['predicted']:.3f}", f"{row['error']:+.1%}")
+    Console(width=120).print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"policy": policy, "rate": rate, "requests": requests, "seed": seed, "profile": str(profile),
+                               "comparison": comparison, "measured": measured, "predicted": predicted, "served": served}, indent=1))
+    err.print(f"wrote {out}")
 
 
 def _mount_subcommands() -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import deque
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from policies.outcome import PLAIN, Action, StepOutcome
 from policies.validation import check_int, check_positive, check_range
 
 EARLY_STOP_MODES = ("learned", "threshold", "off")
+MAX_PENDING_EVENTS = 256  # undrained collapse events kept (oldest dropped first)
 _PLAIN_ACTION = Action(PLAIN, 0)
 
 
@@ -177,7 +179,8 @@ class AdaptivePolicy:
                        if self.drafters else None)
         self.guard = SpeculationGuard(cfg.guard)
         self.steps = 0
-        self._events: list[AcceptanceCollapse] = []
+        # bounded: a service running without telemetry never drains these events
+        self._events: deque[AcceptanceCollapse] = deque(maxlen=MAX_PENDING_EVENTS)
         self._stoppers: dict[str, Any] = {}
         self._plans: dict[str, DrafterPlan] | None = None  # cache, cleared by observe
         self._probe_drafter: str | None = None  # the drafter shadow drafting asked to probe
@@ -330,7 +333,8 @@ class AdaptivePolicy:
 
     def drain_events(self) -> list[AcceptanceCollapse]:
         """Collapse events since the last call (oldest first); the list is emptied."""
-        events, self._events = self._events, []
+        events = list(self._events)
+        self._events.clear()
         return events
 
     # -- early stop -----------------------------------------------------------------------------

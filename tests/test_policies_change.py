@@ -82,3 +82,15 @@ def test_policy_emits_one_event_with_acceptance_before_and_after_and_forgets_the
     assert event.timestamp > 0
     assert policy.drain_events() == []  # drained
     assert policy.profiles["ngram"].pooled_rate < 0.5  # relearned from the prior, not the old 0.9
+
+
+def test_undrained_collapse_events_are_bounded():
+    from policies.adaptive import MAX_PENDING_EVENTS, AdaptivePolicy
+    from policies.change import AcceptanceCollapse
+
+    policy = AdaptivePolicy(["ngram"])
+    for i in range(MAX_PENDING_EVENTS + 50):
+        policy._events.append(AcceptanceCollapse(i, 0.0, "ngram", "", 0.9, 0.1, 5))
+    events = policy.drain_events()
+    assert len(events) == MAX_PENDING_EVENTS and events[-1].step == MAX_PENDING_EVENTS + 49
+    assert policy.drain_events() == []

@@ -1,0 +1,35 @@
+"""The CLI: every command is mounted, and bad input fails before any model loads, naming the parameter."""
+
+import pytest
+from typer.testing import CliRunner
+
+from adaptive_spec.cli import app
+from adaptive_spec.errors import InvalidParameterError
+
+runner = CliRunner()
+
+
+def test_every_command_is_mounted():
+    out = runner.invoke(app, ["--help"]).output
+    for command in ("generate", "bench", "demo", "calibrate", "validate-sim", "telemetry", "alerts", "simulate"):
+        assert command in out, command
+
+
+@pytest.mark.parametrize("args, name", [
+    (["generate", "--prompt", "hi", "--temperature", "-1"], "temperature"),
+    (["generate", "--prompt", "hi", "--k", "99"], "k"),
+    (["generate", "--prompt", "hi", "--policy", "greedy-ish"], "policy"),
+    (["generate", "--prompt", "hi", "--telemetry", "bogus"], "telemetry"),
+    (["bench", "--prompts", "nope.jsonl"], "prompts"),
+    (["bench", "--prompts", "benchmarks/engine.jsonl", "--configs", "static:ngram:x"], "configs"),
+    (["bench", "--prompts", "benchmarks/engine.jsonl", "--max-new-tokens", "0"], "max_new_tokens"),
+    (["calibrate", "--prompts", "nope.jsonl"], "prompts"),
+    (["calibrate", "--repeats", "0"], "repeats"),
+    (["validate-sim", "--requests", "0"], "requests"),
+    (["validate-sim", "--rate", "-1"], "rate"),
+    (["validate-sim", "--policy", "bogus"], "policy"),
+])
+def test_bad_input_is_one_error_naming_the_parameter(args, name):
+    result = runner.invoke(app, args)
+    assert isinstance(result.exception, InvalidParameterError), (args, result.output, result.exception)
+    assert result.exception.name == name
