@@ -99,6 +99,9 @@ class CostModel:
         # On a CPU the cost is not linear in k: 2-3 tokens cost ~1.05x one token, 9 tokens ~2x,
         # and a line through all of them overprices the short drafts that pay at low acceptance
         self.verify_at: dict[int, DecayedMean] = {}
+        # the lengths measured at least MIN_SAMPLES_AT_K times, sorted (a decayed weight that
+        # starts at 0 only grows, so a length never leaves this list)
+        self._measured_ks: list[int] = []
         self._verify_cache: tuple[int, list[float]] | None = None  # (max_k, predictions) until the next update
         self.draft: dict[str, DecayedLinearFit] = {}
 
@@ -111,13 +114,22 @@ class CostModel:
             self.plain.update(_clip(verify_s, plain_s))
             self._verify_cache = None
         else:
-            predicted = self.verify_s_by_k(proposed)[proposed] if self.verify.has_data else math.nan
+            if not self.verify.has_data:
+                predicted = math.nan
+            else:  # the cached predictions (plans priced this step with them) or a fresh line
+                cached = self._verify_cache
+                if cached is None or cached[0] < proposed:
+                    cached = self._verify_cache = (proposed, self._predict_verify(proposed))
+                predicted = cached[1][proposed]
             clipped = _clip(verify_s, predicted)
             self.verify.update(proposed, clipped)
             at = self.verify_at.get(proposed)
             if at is None:
                 at = self.verify_at[proposed] = DecayedMean(self.half_life_steps)
             at.update(clipped)
+            if at.weight >= MIN_SAMPLES_AT_K and proposed not in self._measured_ks:
+                self._measured_ks.append(proposed)
+                self._measured_ks.sort()
         self._verify_cache = None
         if k > 0:
             fit = self.draft.get(drafter)
@@ -125,7 +137,8 @@ class CostModel:
                 fit = self.draft[drafter] = DecayedLinearFit(self.half_life_steps)
                 fit.update(proposed, draft_s)
             else:
-                predicted = self.draft_s_by_k(drafter, max(proposed, 1))[max(proposed, 1)]
+                intercept, slope = fit.coefficients(0.0, DRAFT_SLOPE_PRIOR_STRENGTH)
+                predicted = intercept + slope * max(proposed, 1)  # draft_s_by_k's prediction
                 fit.update(proposed, _clip(draft_s, max(predicted, SPIKE_FLOOR_S)))
 
     def plain_s(self) -> float:
@@ -153,9 +166,8 @@ class CostModel:
         plain_s = self.plain.value
         if math.isnan(plain_s):
             return [math.nan] * (max_k + 1)
-        measured = sorted((k, at.value) for k, at in self.verify_at.items() if at.weight >= MIN_SAMPLES_AT_K)
         out = [plain_s]
-        if not measured:
+        if not self._measured_ks:
             prior_slope = self.verify_prior_slope * plain_s
             if self.verify.has_data:
                 intercept, slope = self.verify.coefficients(prior_slope, self.slope_prior_strength)
@@ -164,17 +176,39 @@ class CostModel:
             for k in range(1, max_k + 1):
                 out.append(max(intercept + slope * k, out[-1]))
             return out
-        points = [(0, plain_s), *measured]
-        j = 0
-        for k in range(1, max_k + 1):
-            while j + 1 < len(points) and points[j + 1][0] <= k:
-                j += 1
-            if j + 1 == len(points):  # at or beyond the longest measured draft
-                value = points[-1][1]
-            else:
-                (k0, v0), (k1, v1) = points[j], points[j + 1]
-                value = v0 + (v1 - v0) * (k - k0) / (k1 - k0)
-            out.append(max(value, out[-1]))
+        # this runs after every speculative step: plain loops and comparisons, no generators
+        verify_at = self.verify_at
+        k0, v0, last = 0, plain_s, plain_s
+        k = 1
+        for k1 in self._measured_ks:
+            if k1 > max_k:
+                break
+            v1 = verify_at[k1].value
+            step = (v1 - v0) / (k1 - k0)
+            while k < k1:  # between measured neighbours: linear interpolation
+                value = v0 + step * (k - k0)
+                if value > last:
+                    last = value
+                out.append(last)
+                k += 1
+            if v1 > last:
+                last = v1
+            out.append(last)
+            k += 1
+            k0, v0 = k1, v1
+        if k <= max_k:
+            if k0 < self._measured_ks[-1]:  # the next measured length is beyond max_k: interpolate
+                k1 = next(m for m in self._measured_ks if m > k0)
+                v1 = verify_at[k1].value
+                step = (v1 - v0) / (k1 - k0)
+                while k <= max_k:
+                    value = v0 + step * (k - k0)
+                    if value > last:
+                        last = value
+                    out.append(last)
+                    k += 1
+            else:  # at or beyond the longest measured draft: priced like it
+                out.extend([last] * (max_k + 1 - k))
         return out
 
     def draft_s_by_k(self, drafter: str, max_k: int) -> list[float]:
@@ -194,4 +228,6 @@ class CostModel:
         # never learn otherwise. One step at a longer k identifies the slope of a drafter that
         # really pays per token (a draft model).
         intercept, slope = fit.coefficients(0.0, DRAFT_SLOPE_PRIOR_STRENGTH)
+        if slope >= 0.0 and intercept + slope >= 0.0:  # the usual case: no clamping needed
+            return [0.0] + [intercept + slope * k for k in range(1, max_k + 1)]
         return [0.0] + [max(intercept + slope * k, 0.0) for k in range(1, max_k + 1)]
