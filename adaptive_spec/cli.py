@@ -239,7 +239,8 @@ def validate_sim(
     policy: str = typer.Option("static:ngram:8", help="Policy spec used by both the engine and the simulator."),
     rate: float = typer.Option(0.25, help="Poisson arrival rate, requests/s (moderate load: about half the capacity)."),
     requests: int = typer.Option(40, help="Requests in the trace."),
-    output_tokens: int = typer.Option(64, "--output-tokens", help="Tokens generated per request."),
+    output_tokens: int = typer.Option(64, "--output-tokens", help="Token budget per request (end of sequence stops "
+                                      "it earlier; the simulator replays the lengths the engine produced)."),
     seed: int = typer.Option(0),
     model: str = typer.Option("smollm2"),
     out: Path = typer.Option(Path("benchmarks/results/sim_validation.json"), "--out"),
@@ -269,7 +270,7 @@ def validate_sim(
     with err.status("serving the trace on the real engine ...") as status:
         served = run_real(decoder, trace, policy, progress=lambda m: status.update(f"real engine: {m}"))
     measured = summarize_real(served)
-    predicted = simulate_trace(trace, str(profile), policy, seed)
+    predicted = simulate_trace(served, str(profile), policy, seed)  # what was served, at the lengths produced
     table = Table(title=f"simulator vs real engine · {requests} requests · Poisson {rate}/s · {policy}")
     for col in ("metric", "measured", "predicted", "error"):
         table.add_column(col, justify="right" if col != "metric" else "left")
