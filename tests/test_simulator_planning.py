@@ -97,3 +97,20 @@ def test_ray_address_without_ray_says_how_to_install_it():
     scenario = scenario_from_dict(scenario_dict(workload__duration_s=100))
     with pytest.raises(ValueError, match="pip install"):
         sweep(scenario, [{}], ray_address="auto")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (optional: pip install ray)")
+def test_sweep_on_a_local_ray_instance_matches_local_processes():
+    """Ray tasks on a fresh local instance give the very summaries the local processes give."""
+    import ray
+
+    scenario = scenario_from_dict(scenario_dict(workload__duration_s=300, workload__shifts=[]))
+    configs = grid(policy=["none", "static:ngram:4"], replicas=[1, 2])
+    try:
+        on_ray = sweep(scenario, configs, ray_address="local")
+    finally:
+        ray.shutdown()
+    local = sweep(scenario, configs, workers=1)
+    dump = lambda rs: json.dumps([r.summary for r in rs], sort_keys=True)  # noqa: E731
+    assert dump(on_ray) == dump(local)
+    assert [r.summary["config"] for r in on_ray] == configs
