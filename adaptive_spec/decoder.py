@@ -213,6 +213,8 @@ class SpeculativeDecoder:
         yield new
 
         early_stop_for = getattr(policy, "early_stop", None) or getattr(getattr(policy, "inner", None), "early_stop", None)
+        # not through an override's inner policy: a forced k is the caller's, not the gate's
+        gate_for = getattr(policy, "draft_gate", None)
         shadow = ShadowDrafts(self.drafters.values(), policy, cfg)
         start_request = getattr(policy, "start_request", None)
         if start_request is not None:
@@ -234,6 +236,11 @@ class SpeculativeDecoder:
             # only drafters with probabilities can stop early; fetched before the clock starts, since
             # the first call builds the model (and imports scikit-learn)
             stopper = early_stop_for(drafter.name) if early_stop_for and k > 1 and drafter.vocab_size else None
+            # a lookup whose cost does not grow with k drafts up to the gate's max_k; the gate keeps
+            # the prefix worth verifying for the match it found (policies.match_gate)
+            gate = gate_for(drafter.name) if gate_for and k > 0 and drafter.reports_match_order else None
+            if gate is not None:
+                k = min(max(k, gate.max_k), cfg.max_new_tokens - len(generated) - 1)
             t0 = self._now()
             if k > 0:
                 if stopper is None:
@@ -243,6 +250,13 @@ class SpeculativeDecoder:
             else:
                 proposal = _EMPTY
             drafts = proposal.tokens[:k]
+            skipped = None  # the first token of a draft the gate cut to nothing
+            if gate is not None and drafts:
+                keep = gate.keep(proposal.match_order, len(drafts), proposal.match_ambiguous)
+                if keep == 0:
+                    skipped = drafts[0]
+                drafts = drafts[:keep]
+                k = keep
             t1 = self._now()
 
             # 4. verify: one target pass over the pending token and every draft
@@ -256,6 +270,8 @@ class SpeculativeDecoder:
 
             # 6. emit accepted + recovered/bonus tokens, stopping at EOS, stop strings or the budget
             step_tokens = [*drafts[: verdict.num_accepted], verdict.next_token]
+            if skipped is not None:
+                gate.learn_skipped(proposal.match_order, skipped == verdict.next_token, proposal.match_ambiguous)
             context.extend(step_tokens)
             shadow.resolve(context, drafter.name if drafts else None)
             new, stop_reason = self._finish(step_tokens, generated, cfg)
@@ -264,7 +280,8 @@ class SpeculativeDecoder:
                 draft_s=t1 - t0, verify_s=t2 - t1, context_len=len(context) - len(step_tokens),
                 draft_confidences=proposal.confidences[: len(drafts)] if proposal.confidences else None,
                 draft_entropies=proposal.entropies[: len(drafts)] if proposal.entropies else None,
-                key=key, timestamp=time.time(),
+                key=key, timestamp=time.time(), match_order=proposal.match_order if drafts else None,
+                match_ambiguous=proposal.match_ambiguous,
             )
             # 7. record and let the controller learn
             stats.add_step(outcome)

@@ -20,7 +20,11 @@ Each step it answers "which drafter, how many drafts (0: none)?" by putting toge
    that cost nothing (n-gram lookup) and reports how much of each draft plain decoding went on to
    produce. Acceptance stays measured while speculation is off, and a probe burst starts the
    moment a drafter would win, instead of waiting for the backoff schedule.
-9. Per-request softening (``start_request``): acceptance depends on the prompt more than on time,
+9. A draft length per n-gram match order (``draft_gate``, ``policies.match_gate``): prompt
+   lookup proposes up to ``max_k`` tokens at no extra cost and the gate keeps the goodput-optimal
+   prefix for how long the match was (a 1-token match is a weak guess, a 3-token one in a copy run
+   a strong one).
+10. Per-request softening (``start_request``): acceptance depends on the prompt more than on time,
    so at each request start the key's profiles are scaled down to a small prior, and the guard's
    measured speed is reset; the new request's own steps decide within a few steps.
 
@@ -96,6 +100,8 @@ class AdaptiveConfig:
     early_stop: str = "threshold"
     # the probability below which drafting stops (q for "threshold", P(accept) for "learned")
     early_stop_threshold: float = 0.4
+    # cut n-gram drafts to the goodput-optimal length for their match order (policies.match_gate)
+    match_gate: bool = True
     guard: GuardConfig = field(default_factory=GuardConfig)
     detector: DetectorConfig = field(default_factory=DetectorConfig)
 
@@ -182,6 +188,7 @@ class AdaptivePolicy:
         # bounded: a service running without telemetry never drains these events
         self._events: deque[AcceptanceCollapse] = deque(maxlen=MAX_PENDING_EVENTS)
         self._stoppers: dict[str, Any] = {}
+        self._gates: dict[str, Any] = {}
         self._plans: dict[str, DrafterPlan] | None = None  # cache, cleared by observe
         self._probe_drafter: str | None = None  # the drafter shadow drafting asked to probe
         self._tokens_by_k: dict[str, list[float]] = {}  # per-drafter caches, cleared when it is observed
@@ -210,6 +217,11 @@ class AdaptivePolicy:
                 k, rate = 1, math.nan
             else:
                 k, rate = best_draft_len(tokens, seconds, min_k=1)
+            gate = self._gates.get(drafter)
+            if gate is not None:  # the gate picks each draft's length: price the drafter as gated
+                gated = gate.tokens_per_s()
+                if not math.isnan(gated):
+                    k, rate = max_k, gated
             plans[drafter] = DrafterPlan(drafter, k, rate, profile.pooled_rate)
         self._plans = plans
         return plans
@@ -285,6 +297,12 @@ class AdaptivePolicy:
         if plain_s > 0:
             self.bandit.update(outcome.drafter, tokens / seconds * plain_s)  # 1.0 = plain speed
         self._detect(outcome)
+        gate = self._gates.get(outcome.drafter)
+        if gate is not None:
+            if outcome.match_order is not None:
+                gate.learn(outcome.match_order, outcome.proposed, outcome.num_accepted, outcome.match_ambiguous)
+            elif outcome.proposed == 0:
+                gate.note_miss()
         stopper = self._stoppers.get(outcome.drafter)
         if stopper is not None and outcome.draft_confidences:
             stopper.learn_step(outcome.draft_confidences, outcome.num_accepted, outcome.draft_entropies)
@@ -298,6 +316,8 @@ class AdaptivePolicy:
         acceptance takes over within a few steps instead of a half-life."""
         for profile in self.profiles.values():
             profile.soften(self.config.request_prior_trials)
+        for gate in self._gates.values():
+            gate.start_request(self.config.request_prior_trials)
         self._plans = None
         self._tokens_by_k.clear()
         self.guard.start_request()
@@ -361,6 +381,24 @@ class AdaptivePolicy:
             self._stoppers[drafter] = stopper
         return stopper
 
+    # -- draft length per n-gram match -----------------------------------------------------------
+
+    def draft_gate(self, drafter: str):
+        """The ``MatchGate`` for a drafter that reports match orders (``None`` when ``match_gate``
+        is off). The engine asks the drafter for up to ``gate.max_k`` tokens, keeps
+        ``gate.keep(order, available)`` of them, and reports cut drafts with ``learn_skipped``;
+        ``observe`` teaches it the verified ones."""
+        if not self.config.match_gate:
+            return None
+        gate = self._gates.get(drafter)
+        if gate is None:
+            from policies.match_gate import MatchGate
+
+            cfg = self.config
+            gate = self._gates[drafter] = MatchGate(cfg.max_k, self.costs.verify_s_by_k, cfg.acceptance_half_life_steps,
+                                                    cfg.prior_acceptance, cfg.prior_weight, cfg.shrink_weight)
+        return gate
+
     # -- telemetry ------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
@@ -373,4 +411,5 @@ class AdaptivePolicy:
             "probe_backoff": self.guard.backoff,
             "plain_s": self.costs.plain_s(),
             "plans": {d: dataclasses.asdict(p) for d, p in self.plans().items()},
+            "match_gates": {d: g.state() for d, g in self._gates.items()},
         }

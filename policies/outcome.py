@@ -60,6 +60,10 @@ class StepOutcome:
     # per proposed token: entropy (nats) of the drafter's q at that position (None: unknown), an
     # optional early-stop feature. Last field so that positional construction is unchanged.
     draft_entropies: tuple[float, ...] | None = None
+    # how many context tokens the n-gram drafter matched to find this draft (None: not an n-gram
+    # draft); the adaptive policy keeps an acceptance profile per order (policies.match_gate)
+    match_order: int | None = None
+    match_ambiguous: bool = False  # earlier occurrences of the matched n-gram continued differently
 
     def __post_init__(self) -> None:
         if not 0 <= self.num_accepted <= self.proposed <= self.k:

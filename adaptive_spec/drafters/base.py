@@ -28,6 +28,8 @@ class Proposal:
     probs: torch.Tensor | None = None  # [len(tokens), vocab] the draft's q after warping, or None
     confidences: tuple[float, ...] | None = None  # q of each proposed token (features for the controller)
     entropies: tuple[float, ...] | None = None  # entropy of q at each proposed position, when computed
+    match_order: int | None = None  # n-gram drafters: how many context tokens the match spans
+    match_ambiguous: bool = False  # n-gram drafters: earlier matches were followed by other tokens
 
     def __post_init__(self) -> None:
         if self.probs is not None and self.probs.shape[0] != len(self.tokens):
@@ -37,6 +39,9 @@ class Proposal:
 class Drafter(ABC):
     name: str = "drafter"
     vocab_size: int | None = None  # None: proposes ids only, no distribution over a vocabulary
+    # True for lookups whose cost does not grow with k and that report ``Proposal.match_order``:
+    # the engine may ask for up to the policy's max_k and let the policy's draft gate cut
+    reports_match_order: bool = False
 
     @abstractmethod
     def propose(

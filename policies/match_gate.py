@@ -1,0 +1,126 @@
+"""Per-match draft length for prompt lookup: how much of an n-gram draft is worth verifying.
+
+An n-gram drafter proposes the tokens that followed an earlier occurrence of the context's last
+``n`` tokens, and *which* ``n`` matched says most of what there is to know about the draft.
+Measured on SmolLM2 (benchmarks/shift.jsonl, drafts of 16, greedy): on copy-heavy prompts a draft
+from a 1-token match had its first token accepted 30% of the time, one from a 2-or-3-token match
+82-95%; on open-ended prompts 16% after a 1-token match. One acceptance profile per drafter mixes
+the two, so one ``k`` is too long for the weak matches and too short for the strong ones (a copy
+run continues for dozens of tokens).
+
+``MatchGate`` keeps an ``AcceptanceProfile`` per match order and, after each lookup, keeps the
+prefix length ``k in 0..available`` that maximises expected tokens per second under the policy's
+measured verify costs (``policies.goodput``): a long draft for a strong match, a short one or none
+for a weak match. Looking the continuation up costs the same for any length, so the engine asks
+the drafter for up to ``max_k`` tokens and lets the gate cut.
+
+A draft cut to nothing still teaches: the engine reports whether its first token equals the token
+decoding produced (``learn_skipped``). Under greedy decoding that is exactly whether it would have
+been accepted; under sampling, the chance of equality is the target's probability of that token,
+which is the acceptance probability of a deterministic draft. So a weak bucket whose acceptance
+recovers is noticed without paying for verification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from policies.acceptance import AcceptanceProfile, expected_tokens_by_k
+from policies.decayed import decay_for_half_life
+from policies.goodput import best_draft_len
+
+_MISS = (0, False)  # a lookup that found no match: the step is a plain one
+
+
+class MatchGate:
+    """Draft length per n-gram match order; see the module docstring.
+
+    ``verify_s_by_k(max_k)`` gives the predicted verify seconds for ``k = 0..max_k`` drafts (the
+    adaptive policy's cost model); NaN entries (plain speed not yet measured) keep the whole draft.
+    """
+
+    def __init__(self, max_k: int, verify_s_by_k: Callable[[int], list[float]], half_life_steps: float,
+                 prior_rate: float, prior_weight: float, shrink_weight: float) -> None:
+        self.max_k = max_k
+        self._verify_s_by_k = verify_s_by_k
+        self._profile_args = (max_k, half_life_steps, prior_rate, prior_weight, shrink_weight)
+        self.profiles: dict[tuple[int, bool], AcceptanceProfile] = {}  # by (order, ambiguous)
+        # decayed counts of what lookups found (matches by kind, and misses): the mix that turns
+        # per-match speeds into the speed of choosing this drafter at all
+        self._decay = decay_for_half_life(half_life_steps)
+        self.seen: dict[tuple[int, bool], float] = {}
+
+    def _profile(self, order: int, ambiguous: bool) -> AcceptanceProfile:
+        profile = self.profiles.get((order, ambiguous))
+        if profile is None:
+            profile = self.profiles[(order, ambiguous)] = AcceptanceProfile(*self._profile_args)
+        return profile
+
+    def keep(self, order: int | None, available: int, ambiguous: bool = False) -> int:
+        """How many of ``available`` drafted tokens to verify after a match of ``order`` tokens
+        (``ambiguous``: earlier occurrences of the matched n-gram continued differently)."""
+        if available <= 0:
+            return 0
+        if order is None:
+            return available
+        self._count((order, ambiguous))
+        available = min(available, self.max_k)
+        seconds = self._verify_s_by_k(available)
+        if seconds[0] != seconds[0]:  # NaN: nothing measured yet, nothing to trade off
+            return available
+        tokens = expected_tokens_by_k(self._profile(order, ambiguous).conditional_rates()[:available])
+        return best_draft_len(tokens, seconds, min_k=0)[0]
+
+    def note_miss(self) -> None:
+        """The drafter was asked and found no match (the step decoded one token, plainly)."""
+        self._count(_MISS)
+
+    def _count(self, kind: tuple[int, bool]) -> None:
+        decay = self._decay
+        for key in self.seen:
+            self.seen[key] *= decay
+        self.seen[kind] = self.seen.get(kind, 0.0) + 1.0
+
+    def tokens_per_s(self) -> float:
+        """Predicted tokens/s of drafting with this gate: per kind of lookup result, the gate's
+        best length and its expected tokens and verify seconds, mixed by how often each occurs
+        (a ratio of expected sums, as time is). NaN before any lookup or any measured cost.
+
+        Never below plain speed by construction (a length of 0 is always allowed), except for
+        the lookup's own cost, which the engine measures and the guard sees."""
+        if not self.seen:
+            return float("nan")
+        seconds = self._verify_s_by_k(self.max_k)
+        if seconds[0] != seconds[0]:
+            return float("nan")
+        tokens_sum = seconds_sum = 0.0
+        for kind, weight in self.seen.items():
+            if kind == _MISS:
+                tokens, spent = 1.0, seconds[0]
+            else:
+                expected = expected_tokens_by_k(self._profile(*kind).conditional_rates())
+                k = best_draft_len(expected, seconds, min_k=0)[0]
+                tokens, spent = expected[k], seconds[k]
+            tokens_sum += weight * tokens
+            seconds_sum += weight * spent
+        return tokens_sum / seconds_sum
+
+    def learn(self, order: int | None, k: int, num_accepted: int, ambiguous: bool = False) -> None:
+        """A verified draft of ``k`` tokens from a match of ``order`` had ``num_accepted`` accepted."""
+        if order is not None and k > 0:
+            self._profile(order, ambiguous).update(k, num_accepted)
+
+    def learn_skipped(self, order: int | None, first_matched: bool, ambiguous: bool = False) -> None:
+        """A draft cut to nothing: did its first token equal the token decoding produced?"""
+        if order is not None:
+            self._profile(order, ambiguous).update(1, int(first_matched))
+
+    def start_request(self, max_trials: float) -> None:
+        """Scale each order's evidence down to a prior of ``max_trials`` trials (a new request)."""
+        for profile in self.profiles.values():
+            profile.soften(max_trials)
+
+    def state(self) -> dict[str, float]:
+        """First-position acceptance per match (``"2"``: order 2; ``"1?"``: order 1, ambiguous)."""
+        return {f"{order}{'?' if ambiguous else ''}": p.conditional_rates()[0]
+                for (order, ambiguous), p in sorted(self.profiles.items())}

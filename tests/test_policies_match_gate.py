@@ -1,0 +1,99 @@
+"""The n-gram match gate: a draft length per kind of match, learned, priced with measured costs."""
+
+import math
+
+import numpy as np
+import pytest
+
+from adaptive_spec import SpeculativeDecoder
+from adaptive_spec.drafters import NgramDrafter
+from adaptive_spec.drafters.ngram import find_ngram_match
+from policies import StaticPolicy
+from policies.adaptive import AdaptiveConfig, AdaptivePolicy
+from policies.match_gate import MatchGate
+from policies.outcome import StepOutcome
+from tiny import loaded, tiny_llama
+
+# verify seconds for k = 0..16 drafts, shaped like SmolLM2 on the 2-core CPU (ms: 32.6 for one
+# token, ~38 for 2-3, ~63 for 9, ~70 for 17)
+CPU_VERIFY = [0.0326, 0.0388, 0.0388] + [0.0388 + (0.0634 - 0.0388) * (k - 2) / 6 for k in range(3, 9)] + [
+    0.0634 + (0.0702 - 0.0634) * (k - 8) / 8 for k in range(9, 17)]
+
+
+def gate(max_k=16):
+    return MatchGate(max_k, lambda n: CPU_VERIFY[: n + 1], half_life_steps=16.0, prior_rate=0.5, prior_weight=2.0,
+                     shrink_weight=8.0)
+
+
+def test_match_lookup_reports_order_and_ambiguity():
+    assert find_ngram_match(np.array([1, 2, 3, 4, 9, 1, 2]), k=2) == ([3, 4], 2, False)
+    assert find_ngram_match(np.array([5, 1, 5, 2, 5]), k=1) == ([2], 1, True)  # 5 -> 1, then 5 -> 2
+    assert find_ngram_match(np.array([1, 2, 3]), k=3) == ([], 0, False)
+
+
+def test_strong_matches_get_long_drafts_and_weak_ones_none():
+    g = gate()
+    for _ in range(30):
+        g.learn(3, 16, 16)  # a copy run: every token of every 3-token match accepted
+        g.learn(1, 2, 0, ambiguous=True)  # ambiguous 1-token matches: never
+    assert g.keep(3, 16) == 16
+    assert g.keep(1, 16, ambiguous=True) == 0
+    assert g.keep(3, 5) == 5  # never more than the lookup found
+    assert g.keep(None, 7) == 7  # not an n-gram draft: untouched
+
+
+def test_a_cut_draft_still_teaches_its_match_kind():
+    g = gate()
+    for _ in range(30):
+        g.learn(1, 2, 0)
+    assert g.keep(1, 16) == 0
+    for _ in range(40):  # decoding went on to produce the skipped draft's first token every time
+        g.learn_skipped(1, True)
+    assert g.keep(1, 16) > 0
+
+
+def test_gated_speed_mixes_match_kinds_and_is_never_below_plain():
+    g = gate()
+    for _ in range(20):
+        g.learn(1, 2, 0, ambiguous=True)
+        g.note_miss()
+    plain = 1 / CPU_VERIFY[0]
+    g.keep(1, 16, ambiguous=True)  # counts one weak match
+    assert g.tokens_per_s() == pytest.approx(plain)  # nothing worth drafting: gated = plain
+    for _ in range(20):
+        g.learn(3, 16, 16)
+        g.keep(3, 16)
+    assert g.tokens_per_s() > 1.5 * plain
+
+
+def test_gate_needs_measured_costs_before_cutting():
+    g = MatchGate(16, lambda n: [math.nan] * (n + 1), 16.0, 0.5, 2.0, 8.0)
+    assert g.keep(1, 9) == 9
+    assert math.isnan(g.tokens_per_s())
+
+
+def test_adaptive_policy_learns_the_gate_from_outcomes_and_can_turn_it_off():
+    policy = AdaptivePolicy(["ngram"])
+    g = policy.draft_gate("ngram")
+    for _ in range(30):
+        policy.observe(StepOutcome("ngram", 16, 16, 16, 17, 1e-4, 0.07, 100, match_order=3))
+        policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, 0.0326, 100))
+    assert g.keep(3, 16) == 16
+    assert policy.plans()["ngram"].k == policy.config.max_k  # the gate chooses each length
+    assert AdaptivePolicy(["ngram"], AdaptiveConfig(match_gate=False)).draft_gate("ngram") is None
+
+
+PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3], [9, 9, 30, 31, 32, 9, 30], list(range(40, 60)) * 2]
+
+
+def test_gated_adaptive_decoding_equals_plain_and_reports_matches():
+    target = loaded(tiny_llama(seed=0))
+    decoder = SpeculativeDecoder(target, [NgramDrafter()])
+    policy = AdaptivePolicy(["ngram"])
+    for prompt in PROMPTS * 2:  # the second pass runs on what the gate learned in the first
+        plain = decoder.generate(prompt, max_new_tokens=40, policy=StaticPolicy("none", 0))
+        gated = decoder.generate(prompt, max_new_tokens=40, policy=policy)
+        assert gated.token_ids == plain.token_ids
+        for step in gated.steps:
+            assert (step.match_order is not None) == (step.drafter == "ngram" and step.proposed > 0)
+    assert policy.draft_gate("ngram").seen  # the engine fed it every lookup
