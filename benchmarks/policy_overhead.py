@@ -4,7 +4,8 @@ The engine calls the policy once per step, and a step of SmolLM2-135M on 2 CPU c
 ~35-90 ms, so the controller must stay far below a millisecond; the target is a median under
 50 us. Each policy is driven for ``--steps`` steps against ``policies.synthetic.SyntheticEnv``;
 only the policy calls are timed (``time.perf_counter_ns`` around them), not the environment.
-Early-stop calls are timed per drafted token.
+The gated cases also time the n-gram match gate as the engine uses it (``keep`` on every lookup,
+outcomes carrying the match order). Early-stop calls are timed per drafted token.
 
     python benchmarks/policy_overhead.py                 # table on stdout
     python benchmarks/policy_overhead.py --out out/policy_overhead.json
@@ -13,6 +14,7 @@ Early-stop calls are timed per drafted token.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import random
@@ -24,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from policies.early_stop import ConfidenceThreshold, LearnedEarlyStop  # noqa: E402
+from policies.outcome import Action  # noqa: E402
 from policies.registry import make_policy  # noqa: E402
 from policies.synthetic import SyntheticDrafter, SyntheticEnv  # noqa: E402
 
@@ -66,6 +69,33 @@ def time_policy(spec: str, drafters: list[str], steps: int, seed: int) -> dict:
     return summarise(f"{spec} [{len(drafters)} drafter{'s' if len(drafters) > 1 else ''}]", samples)
 
 
+def time_gated(drafters: list[str], steps: int, seed: int) -> dict:
+    """``adaptive`` with its n-gram match gate: decide, keep (when n-gram drafts), observe."""
+    policy = make_policy("adaptive", drafters, seed=seed)
+    gate = policy.draft_gate("ngram")
+    env = SyntheticEnv(DRAFTERS, seed=seed)
+    rng = random.Random(seed)
+    samples = []
+    clock = time.perf_counter_ns
+    for _ in range(steps):
+        start = clock()
+        action = policy.decide()
+        elapsed = clock() - start
+        order, ambiguous = rng.choice((1, 1, 2, 3)), rng.random() < 0.3
+        if action.drafter == "ngram":
+            start = clock()
+            keep = gate.keep(order, policy.config.max_k, ambiguous)
+            elapsed += clock() - start
+            action = Action("ngram", keep) if keep else Action("none", 0)
+        outcome = env.step(action)
+        if outcome.drafter == "ngram" and outcome.proposed:
+            outcome = dataclasses.replace(outcome, match_order=order, match_ambiguous=ambiguous)
+        start = clock()
+        policy.observe(outcome)
+        samples.append(elapsed + clock() - start)
+    return summarise(f"adaptive + match gate [{len(drafters)} drafter{'s' if len(drafters) > 1 else ''}]", samples)
+
+
 def time_early_stop(stopper, name: str, tokens: int, seed: int) -> list[dict]:
     rng = random.Random(seed)
     decide, learn = [], []
@@ -90,6 +120,7 @@ def main() -> None:
     args = parser.parse_args()
 
     rows = [time_policy(spec, drafters, args.steps, args.seed) for spec, drafters in CASES]
+    rows += [time_gated(drafters, args.steps, args.seed) for drafters in (["ngram"], [d.name for d in DRAFTERS])]
     rows += time_early_stop(ConfidenceThreshold(), "threshold", args.steps, args.seed)
     rows += time_early_stop(LearnedEarlyStop(seed=args.seed), "learned", args.steps, args.seed)
 

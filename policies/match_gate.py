@@ -49,6 +49,14 @@ class MatchGate:
         # per-match speeds into the speed of choosing this drafter at all
         self._decay = decay_for_half_life(half_life_steps)
         self.seen: dict[tuple[int, bool], float] = {}
+        # expected tokens by k per kind, until that kind learns (this runs at every step)
+        self._expected: dict[tuple[int, bool], list[float]] = {}
+
+    def _expected_tokens(self, kind: tuple[int, bool]) -> list[float]:
+        expected = self._expected.get(kind)
+        if expected is None:
+            expected = self._expected[kind] = expected_tokens_by_k(self._profile(*kind).conditional_rates())
+        return expected
 
     def _profile(self, order: int, ambiguous: bool) -> AcceptanceProfile:
         profile = self.profiles.get((order, ambiguous))
@@ -68,7 +76,7 @@ class MatchGate:
         seconds = self._verify_s_by_k(available)
         if seconds[0] != seconds[0]:  # NaN: nothing measured yet, nothing to trade off
             return available
-        tokens = expected_tokens_by_k(self._profile(order, ambiguous).conditional_rates()[:available])
+        tokens = self._expected_tokens((order, ambiguous))[: available + 1]
         return best_draft_len(tokens, seconds, min_k=0)[0]
 
     def note_miss(self) -> None:
@@ -98,7 +106,7 @@ class MatchGate:
             if kind == _MISS:
                 tokens, spent = 1.0, seconds[0]
             else:
-                expected = expected_tokens_by_k(self._profile(*kind).conditional_rates())
+                expected = self._expected_tokens(kind)
                 k = best_draft_len(expected, seconds, min_k=0)[0]
                 tokens, spent = expected[k], seconds[k]
             tokens_sum += weight * tokens
@@ -109,16 +117,19 @@ class MatchGate:
         """A verified draft of ``k`` tokens from a match of ``order`` had ``num_accepted`` accepted."""
         if order is not None and k > 0:
             self._profile(order, ambiguous).update(k, num_accepted)
+            self._expected.pop((order, ambiguous), None)
 
     def learn_skipped(self, order: int | None, first_matched: bool, ambiguous: bool = False) -> None:
         """A draft cut to nothing: did its first token equal the token decoding produced?"""
         if order is not None:
             self._profile(order, ambiguous).update(1, int(first_matched))
+            self._expected.pop((order, ambiguous), None)
 
     def start_request(self, max_trials: float) -> None:
         """Scale each order's evidence down to a prior of ``max_trials`` trials (a new request)."""
         for profile in self.profiles.values():
             profile.soften(max_trials)
+        self._expected.clear()
 
     def state(self) -> dict[str, float]:
         """First-position acceptance per match (``"2"``: order 2; ``"1?"``: order 1, ambiguous)."""
