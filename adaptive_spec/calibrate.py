@@ -8,7 +8,9 @@ What is timed, each the median of ``repeats`` runs after a warm-up:
 - draft: each drafter's seconds per call and per proposed token;
 - acceptance: per request class (the ``kind`` of the workload prompts) and drafter, the
   conditional per-position acceptance ``P(position i accepted | 0..i-1 accepted)`` and the hit
-  rate (steps on which the drafter proposed anything), from real greedy generations.
+  rate (steps on which the drafter proposed anything), from real greedy generations; for the
+  n-gram drafter also per kind of match (order, ambiguous): its share of lookups and its own
+  profile, which the simulator uses to drive the adaptive policy's match gate.
 
 The format is documented in ``simulator/PROFILE.md``.
 """
@@ -109,6 +111,8 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
     """Per class and drafter: conditional per-position acceptance and hit rate."""
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
     counts: dict = defaultdict(lambda: {"tested": [0] * ACCEPTANCE_K, "accepted": [0] * ACCEPTANCE_K, "steps": 0, "hits": 0})
+    # n-gram drafts, split by the kind of match (order, ambiguous) the engine's match gate sees
+    kinds: dict = defaultdict(lambda: {"tested": [0] * ACCEPTANCE_K, "accepted": [0] * ACCEPTANCE_K, "steps": 0, "hits": 0})
     for prompt in prompts:
         for name in decoder.drafters:
             if name == "none":
@@ -122,22 +126,43 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
                 if step.proposed == 0:
                     continue
                 c["hits"] += 1
-                # positions 0..num_accepted were tested (the first rejection included), within proposed
-                for i in range(min(step.num_accepted + 1, step.proposed)):
-                    c["tested"][i] += 1
-                    c["accepted"][i] += i < step.num_accepted
+                counters = [c]
+                if step.match_order is not None:
+                    kind = kinds[(prompt.kind, name, step.match_order, step.match_ambiguous)]
+                    kind["hits"] += 1
+                    counters.append(kind)
+                # positions 0..num_accepted were tested (the first rejection included). A draft
+                # shorter than asked (the match's continuation ran out) counts as a rejection at
+                # its end, as in the policy: what matters is what asking for k tokens yields, and
+                # the simulator draws whole drafts of k from this profile
+                for counter in counters:
+                    for i in range(min(step.num_accepted + 1, step.k)):
+                        counter["tested"][i] += 1
+                        counter["accepted"][i] += i < step.num_accepted
     out: dict = defaultdict(dict)
     for (kind, name), c in counts.items():
-        per_position = []
-        for tested, accepted in zip(c["tested"], c["accepted"]):
-            if tested < 5:  # too few to estimate: repeat the last estimate
-                break
-            per_position.append(round(accepted / tested, 4))
-        entry = {"per_position": per_position or [0.0]}
+        per_position = _per_position(c) or [0.0]
+        entry = {"per_position": per_position}
         if c["steps"]:
             entry["hit_rate"] = round(c["hits"] / c["steps"], 4)
+        matches = [
+            {"order": order, "ambiguous": ambiguous, "share": round(m["hits"] / c["steps"], 4),
+             "per_position": _per_position(m) or per_position}  # too few drafts of a kind: the class's profile
+            for (k, n, order, ambiguous), m in sorted(kinds.items()) if (k, n) == (kind, name) and c["steps"]
+        ]
+        if matches:
+            entry["matches"] = matches
         out[kind][name] = entry
     return dict(out)
+
+
+def _per_position(c: dict) -> list[float]:
+    per_position = []
+    for tested, accepted in zip(c["tested"], c["accepted"]):
+        if tested < 5:  # too few to estimate: the simulator repeats the last estimate
+            break
+        per_position.append(round(accepted / tested, 4))
+    return per_position
 
 
 def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int = 5, max_new_tokens: int = 64,

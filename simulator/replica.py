@@ -7,7 +7,9 @@ FIFO serving, as the engine does today. ``simulator/batching.py`` adds continuou
 The decode loop mirrors the engine's, step by step::
 
     1. ask the policy:            action = policy.decide()            (drafter, k; k = 0 is plain)
-    2. draft:                     proposed = k, or 0 if the drafter finds nothing (hit_rate)
+    2. draft:                     proposed = k, or 0 if the drafter finds nothing (hit_rate);
+                                  with match kinds in the profile and a policy with a match gate,
+                                  draw the kind of match and let the gate pick the length
     3. sample acceptance:         accepted ~ the class's acceptance profile for that drafter
     4. cost:                      draft_s + verify_s from the fitted cost model
     5. advance the clock:         yield env.timeout(draft_s + verify_s)   (one event per step)
@@ -35,6 +37,7 @@ class AcceptanceTable:
     def __init__(self, classes: dict[str, RequestClass], pad_to: int = 64) -> None:
         self.classes, self.pad_to = classes, pad_to
         self.cache: dict[tuple[str, str], tuple[tuple[float, ...], float]] = {}
+        self.match_cache: dict[tuple[str, str], tuple] = {}
 
     def get(self, klass: str, drafter: str, k: int) -> tuple[tuple[float, ...], float]:
         entry = self.cache.get((klass, drafter))
@@ -46,6 +49,19 @@ class AcceptanceTable:
                     f"chose (known: {sorted(self.classes[klass].acceptance)})"
                 )
             entry = self.cache[(klass, drafter)] = (profile.padded(max(k, self.pad_to)), profile.hit_rate)
+        return entry
+
+    def matches(self, klass: str, drafter: str) -> tuple:
+        """``((cumulative share, order, ambiguous, padded per-position), ...)``; empty without kinds."""
+        entry = self.match_cache.get((klass, drafter))
+        if entry is None:
+            profile = self.classes[klass].acceptance.get(drafter)
+            kinds, total = [], 0.0
+            for kind in (profile.matches if profile is not None else ()):
+                total += kind.share
+                padded = kind.per_position + (kind.per_position[-1],) * max(self.pad_to - len(kind.per_position), 0)
+                kinds.append((total, kind.order, kind.ambiguous, padded))
+            entry = self.match_cache[(klass, drafter)] = tuple(kinds)
         return entry
 
 
@@ -114,12 +130,36 @@ class SerialReplica(Replica):
             klass = self.classes[request.klass]
             policy = self.policies.get(klass.key)
             decide, observe, key = policy.decide, policy.observe, klass.key
+            gate_for = getattr(policy, "draft_gate", None)
             context = request.prompt_tokens + 1
             while request.generated < request.output_tokens:
                 action = decide()  # 1
                 k, drafter = action.k, action.drafter
-                if k == 0 or drafter == PLAIN:
+                order, ambiguous = None, False
+                kinds = self.acceptance.matches(request.klass, drafter) if gate_for and k > 0 and drafter != PLAIN else ()
+                if kinds:
+                    gate = gate_for(drafter)
+                    if gate is not None:  # as the engine: draft up to max_k, the gate keeps a prefix
+                        k = min(max(k, gate.max_k), request.output_tokens - request.generated - 1)
+                if k <= 0 or drafter == PLAIN:
                     drafter, k, proposed, accepted, draft_s = PLAIN, 0, 0, 0, 0.0
+                elif kinds and gate is not None:
+                    u, proposed, accepted = rand(), 0, 0  # 2: which kind of match, if any
+                    for cumulative, order, ambiguous, probs in kinds:
+                        if u < cumulative:
+                            break
+                    else:
+                        order, ambiguous = None, False  # no match: a plain-cost step
+                    draft_s = cost.draft_s(drafter, k if order is not None else 0)  # the lookup runs at max_k
+                    if order is not None:
+                        keep = gate.keep(order, k, ambiguous)
+                        if keep == 0:  # cut: decoding still tells the gate whether its first token was right
+                            gate.learn_skipped(order, rand() < probs[0], ambiguous)
+                            k, order = 0, None
+                        else:
+                            k = proposed = keep
+                            while accepted < proposed and rand() < probs[accepted]:  # 3
+                                accepted += 1
                 else:
                     probs, hit_rate = self.acceptance.get(request.klass, drafter, k)
                     proposed = k if hit_rate >= 1.0 or rand() < hit_rate else 0  # 2
@@ -131,7 +171,7 @@ class SerialReplica(Replica):
                 yield env.timeout(draft_s + verify_s)  # 5
                 emitted = min(accepted + 1, request.output_tokens - request.generated)
                 outcome = StepOutcome(drafter, k, proposed, accepted, emitted, draft_s, verify_s,
-                                      context, None, key, env.now)
+                                      context, None, key, env.now, match_order=order, match_ambiguous=ambiguous)
                 observe(outcome)  # 6
                 hooks.on_step(outcome, 1)
                 request.generated += emitted

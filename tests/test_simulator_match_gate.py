@@ -1,0 +1,58 @@
+"""Simulated replicas drive the adaptive policy's n-gram match gate from per-match profiles."""
+
+import pytest
+import simpy
+
+from policies.adaptive import AdaptiveConfig, AdaptivePolicy
+from simulator import build_simulation, scenario_from_dict, simulate
+from simulator.acceptance import acceptance_from_dict
+from simulator_testkit import scenario_dict
+
+# copy traffic: unambiguous 3-token matches that copy whole runs, ambiguous 1-token matches that never
+# do, and lookups that find nothing; the aggregate says nothing of which is which
+COPY = {"per_position": [0.6, 0.9], "hit_rate": 0.8, "matches": [
+    {"order": 3, "ambiguous": False, "share": 0.5, "per_position": [0.97]},
+    {"order": 1, "ambiguous": True, "share": 0.3, "per_position": [0.02]},
+]}
+
+
+def _scenario():
+    return scenario_from_dict(scenario_dict(profile__acceptance__copy__ngram=COPY, workload__shifts=[],
+                                            workload__duration_s=400))
+
+
+def test_profile_reads_match_kinds_and_rejects_bad_ones():
+    profile = acceptance_from_dict(COPY, "acceptance.copy.ngram")
+    assert [(m.order, m.ambiguous, m.share) for m in profile.matches] == [(3, False, 0.5), (1, True, 0.3)]
+    with pytest.raises(ValueError, match=r"matches\[0\]\.order must be an integer >= 1"):
+        acceptance_from_dict({"rate": 0.5, "matches": [{"order": 0, "share": 0.1, "per_position": [0.5]}]}, "p")
+    with pytest.raises(ValueError, match="shares must add up to at most 1"):
+        acceptance_from_dict({"rate": 0.5, "matches": [{"order": 1, "share": 0.7, "per_position": [0.5]},
+                                                        {"order": 2, "share": 0.6, "per_position": [0.5]}]}, "p")
+    with pytest.raises(ValueError, match=r"matches\[0\]\.share is required"):
+        acceptance_from_dict({"rate": 0.5, "matches": [{"order": 1, "per_position": [0.5]}]}, "p")
+
+
+def test_adaptive_gate_learns_long_drafts_for_strong_matches_and_cuts_weak_ones():
+    env = simpy.Environment()
+    sim = build_simulation(env, _scenario(), "adaptive")
+    steps = []
+    sim.metrics.on_step = lambda outcome, batch=1, _inner=sim.metrics.on_step: (steps.append(outcome), _inner(outcome, batch))
+    env.run()
+    strong = [s for s in steps if s.match_order == 3]
+    weak = [s for s in steps if s.match_order == 1]
+    assert strong and len(strong) > 20
+    late_strong = strong[len(strong) // 2:]
+    assert sum(s.proposed for s in late_strong) / len(late_strong) > 8  # long drafts once learned
+    # weak matches end up cut to nothing: few are verified at all once learned, and only short ones
+    assert len(weak) < len(strong)
+    assert all(s.proposed <= 2 for s in weak[len(weak) // 2:])
+
+
+def test_gated_simulation_is_deterministic_and_beats_the_ungated_policy():
+    gated = simulate(_scenario(), "adaptive")
+    again = simulate(_scenario(), "adaptive")
+    assert gated.summary == again.summary
+    ungated = simulate(_scenario(), lambda seed, key="": AdaptivePolicy(["ngram"], AdaptiveConfig(match_gate=False),
+                                                                       seed=seed, key=key))
+    assert gated.summary["acceptance"]["tokens_per_step"] > ungated.summary["acceptance"]["tokens_per_step"]
