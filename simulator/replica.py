@@ -38,6 +38,7 @@ class AcceptanceTable:
         self.classes, self.pad_to = classes, pad_to
         self.cache: dict[tuple[str, str], tuple[tuple[float, ...], float]] = {}
         self.match_cache: dict[tuple[str, str], tuple] = {}
+        self.kinds_cache: dict[str, dict[str, tuple]] = {}
 
     def get(self, klass: str, drafter: str, k: int) -> tuple[tuple[float, ...], float]:
         entry = self.cache.get((klass, drafter))
@@ -49,6 +50,14 @@ class AcceptanceTable:
                     f"chose (known: {sorted(self.classes[klass].acceptance)})"
                 )
             entry = self.cache[(klass, drafter)] = (profile.padded(max(k, self.pad_to)), profile.hit_rate)
+        return entry
+
+    def match_kinds(self, klass: str) -> dict[str, tuple]:
+        """Drafter -> ``matches(klass, drafter)`` for the class's drafters that have match kinds."""
+        entry = self.kinds_cache.get(klass)
+        if entry is None:
+            entry = self.kinds_cache[klass] = {
+                d: self.matches(klass, d) for d, p in self.classes[klass].acceptance.items() if p.matches}
         return entry
 
     def matches(self, klass: str, drafter: str) -> tuple:
@@ -131,12 +140,14 @@ class SerialReplica(Replica):
             policy = self.policies.get(klass.key)
             decide, observe, key = policy.decide, policy.observe, klass.key
             gate_for = getattr(policy, "draft_gate", None)
+            # drafter -> match kinds of this class; empty (no per-step lookup) without kinds or gate
+            match_kinds = self.acceptance.match_kinds(request.klass) if gate_for else None
             context = request.prompt_tokens + 1
             while request.generated < request.output_tokens:
                 action = decide()  # 1
                 k, drafter = action.k, action.drafter
                 order, ambiguous = None, False
-                kinds = self.acceptance.matches(request.klass, drafter) if gate_for and k > 0 and drafter != PLAIN else ()
+                kinds = match_kinds.get(drafter) if match_kinds and k > 0 else None
                 if kinds:
                     gate = gate_for(drafter)
                     if gate is not None:  # as the engine: draft up to max_k, the gate keeps a prefix
@@ -170,8 +181,8 @@ class SerialReplica(Replica):
                 verify_s = cost.verify_s(proposed + 1, context)  # 4
                 yield env.timeout(draft_s + verify_s)  # 5
                 emitted = min(accepted + 1, request.output_tokens - request.generated)
-                outcome = StepOutcome(drafter, k, proposed, accepted, emitted, draft_s, verify_s,
-                                      context, None, key, env.now, match_order=order, match_ambiguous=ambiguous)
+                outcome = StepOutcome(drafter, k, proposed, accepted, emitted, draft_s, verify_s,  # positional: hot loop
+                                      context, None, key, env.now, None, order, ambiguous)
                 observe(outcome)  # 6
                 hooks.on_step(outcome, 1)
                 request.generated += emitted
