@@ -10,6 +10,7 @@ from adaptive_spec import SpeculativeDecoder
 from adaptive_spec.drafters import ModelDrafter, NgramDrafter
 from adaptive_spec.sampling import logits_to_probs
 from policies import StaticPolicy
+from policies.adaptive import AdaptivePolicy
 from tiny import loaded, tiny_llama
 
 VOCAB = 8
@@ -50,13 +51,18 @@ def test_speculative_sampling_matches_target_marginals():
     decoder = SpeculativeDecoder(target, [ModelDrafter(draft, name="draft"), NgramDrafter()])
     steps, n = 4, 1500
     expected = exact_marginals(target.model, PROMPT, steps)
-    for policy in (StaticPolicy("draft", 3), StaticPolicy("ngram", 3)):
+    # the adaptive policy learns across the 1500 requests, and its n-gram match gate cuts drafts to
+    # lengths chosen from what earlier draws did: the choice must not bend the distribution
+    adaptive = AdaptivePolicy(["ngram"])
+    for policy in (StaticPolicy("draft", 3), StaticPolicy("ngram", 3), adaptive):
         counts = sample_counts(decoder, policy, n, steps)
         for position in range(1, steps):  # position 0 comes from prefill; 1..3 from the speculative step(s)
             mask = expected[position] * n >= 5  # chi-square needs expected counts >= 5 per cell
             observed = counts[position][mask]
             exp = expected[position][mask] / expected[position][mask].sum() * observed.sum()
-            assert chisquare(observed, exp).pvalue > 1e-3, (policy.action, position, counts[position], expected[position] * n)
+            assert chisquare(observed, exp).pvalue > 1e-3, (policy.name, position, counts[position], expected[position] * n)
+    gate = adaptive.draft_gate("ngram")
+    assert sum(gate.seen.values()) > 0 and gate.profiles  # the gate was consulted and learned
 
 
 def test_same_seed_same_output_and_seeds_differ():
