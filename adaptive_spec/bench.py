@@ -105,6 +105,8 @@ def _option(text: str, name: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep:
         raise InvalidParameterError("configs", name, f"option {text!r} must be key=value")
+    if value.lower() in ("true", "false"):
+        return key, value.lower() == "true"
     for cast in (int, float):
         try:
             return key, cast(value)

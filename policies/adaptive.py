@@ -119,6 +119,8 @@ class AdaptiveConfig:
         check_range("bandit_discount", self.bandit_discount, 0.0, 1.0, low_open=True)
         check_positive("bandit_exploration", self.bandit_exploration)
         check_int("probe_min_k", self.probe_min_k, 1)
+        if not isinstance(self.match_gate, bool):
+            raise ValueError(f"match_gate must be true or false, got match_gate={self.match_gate!r}")
         if self.early_stop not in EARLY_STOP_MODES:
             raise ValueError(f"early_stop must be one of {EARLY_STOP_MODES}, got early_stop={self.early_stop!r}")
         check_range("early_stop_threshold", self.early_stop_threshold, 0.0, 1.0)

@@ -2,13 +2,15 @@
 
 An n-gram drafter proposes the tokens that followed an earlier occurrence of the context's last
 ``n`` tokens, and *which* ``n`` matched says most of what there is to know about the draft.
-Measured on SmolLM2 (benchmarks/shift.jsonl, drafts of 16, greedy): on copy-heavy prompts a draft
-from a 1-token match had its first token accepted 30% of the time, one from a 2-or-3-token match
-82-95%; on open-ended prompts 16% after a 1-token match. One acceptance profile per drafter mixes
-the two, so one ``k`` is too long for the weak matches and too short for the strong ones (a copy
-run continues for dozens of tokens).
+Measured on SmolLM2 (the greedy outputs of benchmarks/shift.jsonl, drafts of 16, replayed offline):
+on copy-heavy prompts the first drafted token was accepted after an unambiguous 2-token match 85%
+of the time, after a 3-token match 94%, after an unambiguous 1-token match found in the prompt 57%,
+after an ambiguous 1-token match 0-7%; on open-ended prompts 23-24% after an unambiguous 1-token
+match and 7% after an ambiguous one. One acceptance profile per drafter mixes them, so one ``k``
+is too long for the weak matches and too short for the strong ones (a copy run continues for
+dozens of tokens).
 
-``MatchGate`` keeps an ``AcceptanceProfile`` per match order and, after each lookup, keeps the
+``MatchGate`` keeps an ``AcceptanceProfile`` per kind of match (order, ambiguous) and, after each lookup, keeps the
 prefix length ``k in 0..available`` that maximises expected tokens per second under the policy's
 measured verify costs (``policies.goodput``): a long draft for a strong match, a short one or none
 for a weak match. Looking the continuation up costs the same for any length, so the engine asks

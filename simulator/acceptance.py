@@ -128,13 +128,16 @@ def acceptance_from_dict(raw: object, path: str) -> AcceptanceProfile:
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
             raise ValueError(f"{path}.rate must be a number in [0, 1], got {rate!r}")
         return AcceptanceProfile((float(rate),), float(hit_rate), matches)
-    probs = raw["per_position"]
+    return AcceptanceProfile(_probabilities(raw["per_position"], f"{path}.per_position"), float(hit_rate), matches)
+
+
+def _probabilities(probs: object, path: str) -> tuple[float, ...]:
     if not isinstance(probs, list) or not probs:
-        raise ValueError(f"{path}.per_position must be a non-empty list of probabilities, got {probs!r}")
+        raise ValueError(f"{path} must be a non-empty list of probabilities, got {probs!r}")
     for i, p in enumerate(probs):
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-            raise ValueError(f"{path}.per_position[{i}] must be a number in [0, 1], got {p!r}")
-    return AcceptanceProfile(tuple(float(p) for p in probs), float(hit_rate), matches)
+            raise ValueError(f"{path}[{i}] must be a number in [0, 1], got {p!r}")
+    return tuple(float(p) for p in probs)
 
 
 def _matches_from_list(raw: object, path: str) -> tuple[MatchKind, ...]:
@@ -151,18 +154,16 @@ def _matches_from_list(raw: object, path: str) -> tuple[MatchKind, ...]:
         for key in entry:
             if key not in ("order", "ambiguous", "share", "per_position"):
                 raise ValueError(f"{where}.{key} is not a known field (known: ambiguous, order, per_position, share)")
-        order, share, probs = entry["order"], entry["share"], entry["per_position"]
+        order, share = entry["order"], entry["share"]
         if isinstance(order, bool) or not isinstance(order, int) or order < 1:
             raise ValueError(f"{where}.order must be an integer >= 1, got {order!r}")
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
             raise ValueError(f"{where}.share must be a number in [0, 1], got {share!r}")
-        if not isinstance(probs, list) or not probs or any(
-                isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0 for p in probs):
-            raise ValueError(f"{where}.per_position must be a non-empty list of numbers in [0, 1], got {probs!r}")
+        probs = _probabilities(entry["per_position"], f"{where}.per_position")
         ambiguous = entry.get("ambiguous", False)
         if not isinstance(ambiguous, bool):
             raise ValueError(f"{where}.ambiguous must be true or false, got {ambiguous!r}")
-        kinds.append(MatchKind(order, ambiguous, float(share), tuple(float(p) for p in probs)))
+        kinds.append(MatchKind(order, ambiguous, float(share), probs))
     if sum(k.share for k in kinds) > 1.0 + 1e-6:
         raise ValueError(f"{path}: shares must add up to at most 1, got {sum(k.share for k in kinds):.4f}")
     return tuple(kinds)

@@ -81,6 +81,15 @@ def test_adaptive_policy_learns_the_gate_from_outcomes_and_can_turn_it_off():
     assert g.keep(3, 16) == 16
     assert policy.plans()["ngram"].k == policy.config.max_k  # the gate chooses each length
     assert AdaptivePolicy(["ngram"], AdaptiveConfig(match_gate=False)).draft_gate("ngram") is None
+    with pytest.raises(ValueError, match="match_gate must be true or false, got match_gate='no'"):
+        AdaptiveConfig(match_gate="no")
+
+
+def test_bench_reads_boolean_options():
+    from adaptive_spec.bench import parse_config
+
+    config = parse_config("adaptive:match_gate=false")
+    assert config.make_policy().config.match_gate is False
 
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3], [9, 9, 30, 31, 32, 9, 30], list(range(40, 60)) * 2]
