@@ -19,6 +19,7 @@ import torch
 
 from adaptive_spec.cached_lm import CachedLM
 from adaptive_spec.config import GenerationConfig, validate_draft_len
+from adaptive_spec.cost_memory import StepCostMemory
 from adaptive_spec.drafters.base import Drafter, NoDrafter, Proposal
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.models import LoadedModel
@@ -65,6 +66,8 @@ class SpeculativeDecoder:
         self.chat_template = has_template if chat_template is None else chat_template
         self.eos_ids = _eos_ids(target)
         self.observers = ObserverSet(observers)
+        # step costs are the engine's, whatever the traffic: cold controllers start from them
+        self.cost_memory = StepCostMemory()
 
     def add_drafter(self, drafter: Drafter) -> None:
         if drafter.vocab_size is not None and drafter.vocab_size != self.target.vocab_size:
@@ -216,6 +219,9 @@ class SpeculativeDecoder:
         # not through an override's inner policy: a forced k is the caller's, not the gate's
         gate_for = getattr(policy, "draft_gate", None)
         shadow = ShadowDrafts(self.drafters.values(), policy, cfg)
+        warm_start = getattr(policy, "warm_start", None)
+        if warm_start is not None:
+            warm_start(self.cost_memory.outcomes())
         start_request = getattr(policy, "start_request", None)
         if start_request is not None:
             start_request()
@@ -287,6 +293,7 @@ class SpeculativeDecoder:
             stats.add_step(outcome)
             records.append(outcome)
             policy.observe(outcome)
+            self.cost_memory.record(outcome)
             if request is not None:
                 drain = getattr(policy, "drain_events", None)
                 self.observers.notify("on_step", request, outcome, drain() if drain else [])

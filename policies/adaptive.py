@@ -24,7 +24,10 @@ Each step it answers "which drafter, how many drafts (0: none)?" by putting toge
    lookup proposes up to ``max_k`` tokens at no extra cost and the gate keeps the goodput-optimal
    prefix for how long the match was (a 1-token match is a weak guess, a 3-token one in a copy run
    a strong one).
-10. Per-request softening (``start_request``): acceptance depends on the prompt more than on time,
+10. Costs from the engine (``warm_start``): a controller that has observed nothing starts from
+   the engine's recent step costs (plain, verify by length, each drafter's seconds), so a new
+   traffic key does not pay to measure what the engine already knows; acceptance is its own.
+11. Per-request softening (``start_request``): acceptance depends on the prompt more than on time,
    so at each request start the key's profiles are scaled down to a small prior, and the guard's
    measured speed is reset; the new request's own steps decide within a few steps.
 
@@ -40,7 +43,7 @@ import dataclasses
 import math
 from collections import deque
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,6 +198,7 @@ class AdaptivePolicy:
         self._probe_drafter: str | None = None  # the drafter shadow drafting asked to probe
         self._tokens_by_k: dict[str, list[float]] = {}  # per-drafter caches, cleared when it is observed
         self._draft_s_by_k: dict[str, list[float]] = {}
+        self._warm_started = False  # warm_start seeds the cost model at most once
 
     # -- deciding -------------------------------------------------------------------------------
 
@@ -323,6 +327,25 @@ class AdaptivePolicy:
         self._plans = None
         self._tokens_by_k.clear()
         self.guard.start_request()
+
+    def warm_start(self, outcomes: Iterable[StepOutcome]) -> bool:
+        """Seed the cost model with steps the engine measured before this controller existed.
+
+        Only a controller that has observed nothing takes them, and only their costs: plain and
+        verify seconds are the engine's and the machine's whatever the traffic, and a drafter's
+        seconds per token are its own; acceptance belongs to the traffic key and is learned on the
+        job. Without it a cold controller spends its first steps measuring (a plain step, one try
+        of each drafter whose cost it does not know). Returns whether the outcomes were taken."""
+        if self.steps or self._warm_started:
+            return False
+        for outcome in outcomes:
+            self.costs.update(outcome.drafter, outcome.k, outcome.proposed, outcome.draft_s, outcome.verify_s)
+        self._warm_started = True
+        if self.costs.plain_s() > 0:
+            self.guard.plain_measured_elsewhere()
+        self._plans = None
+        self._draft_s_by_k.clear()
+        return True
 
     def observe_shadow(self, drafter: str, k: int, num_accepted: int) -> None:
         """Acceptance of a draft that was proposed but not verified, resolved against the tokens

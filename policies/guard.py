@@ -123,6 +123,11 @@ class SpeculationGuard:
         if not self.allowed and self.probe_remaining == 0:
             self.plain_streak = max(self.plain_streak, self.backoff)
 
+    def plain_measured_elsewhere(self) -> None:
+        """Plain speed is known from outside this guard's steps (the engine's costs, taken by a
+        cold controller): the first step need not measure it."""
+        self.spec_since_plain = 0
+
     def observe_plain(self) -> None:
         self.plain_streak += 1
         self.spec_since_plain = 0

@@ -14,10 +14,10 @@ A caller may also pass a callable ``seed -> Policy`` instead of a spec (tests do
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import policies
-from policies import PLAIN, Policy, StaticPolicy
+from policies import PLAIN, Policy, StaticPolicy, StepOutcome
 
 PolicyBuilder = Callable[[int], Policy]
 
@@ -99,9 +99,11 @@ class PolicyPool:
     does not disturb the state learned on another.
     """
 
-    def __init__(self, build: Callable[..., Policy], scope: str, seed: int) -> None:
+    def __init__(self, build: Callable[..., Policy], scope: str, seed: int,
+                 warm_steps: Sequence[StepOutcome] = ()) -> None:
         self.build, self.scope, self.seed = build, scope, seed
-        self.shared = build(seed) if scope == "replica" else None
+        self.warm_steps = list(warm_steps)
+        self.shared = self._warm(build(seed)) if scope == "replica" else None
         self.by_key: dict[str, Policy] = {}
 
     def get(self, key: str) -> Policy:
@@ -109,5 +111,30 @@ class PolicyPool:
             return self.shared
         policy = self.by_key.get(key)
         if policy is None:
-            policy = self.by_key[key] = self.build(self.seed + len(self.by_key), key)
+            policy = self.by_key[key] = self._warm(self.build(self.seed + len(self.by_key), key))
         return policy
+
+    def _warm(self, policy: Policy) -> Policy:
+        """As the engine does for a cold controller: start from the step costs it already knows."""
+        warm_start = getattr(policy, "warm_start", None)
+        if warm_start is not None and self.warm_steps:
+            warm_start(self.warm_steps)
+        return policy
+
+
+def engine_cost_steps(cost, drafters: Sequence[str], context_len: int = 64,
+                      lengths: Sequence[int] = (1, 2, 4, 8, 16), repeats: int = 4) -> list[StepOutcome]:
+    """Steps priced by ``cost`` like those an engine that has served a while remembers
+    (``adaptive_spec/cost_memory.py``): plain steps, verifies of each of ``lengths`` draft tokens,
+    and each drafter's drafts, ``repeats`` of each. Acceptance in them is irrelevant (only their
+    costs are used) and set to none."""
+    plain_s = cost.verify_s(1, context_len)
+    steps = [StepOutcome(PLAIN, 0, 0, 0, 1, 0.0, plain_s, context_len)] * repeats
+    for drafter in drafters:
+        if drafter == PLAIN:
+            continue
+        for n in lengths:
+            step = StepOutcome(drafter, n, n, 0, 1, cost.draft_s(drafter, n), cost.verify_s(n + 1, context_len),
+                               context_len)
+            steps += [step] * repeats
+    return steps

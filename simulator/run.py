@@ -18,10 +18,10 @@ import numpy as np
 import simpy
 
 from simulator.batching import BatchingReplica
-from simulator.cost_model import fit_cost_model
+from simulator.cost_model import FittedCostModel, fit_cost_model
 from simulator.entities import Request
 from simulator.metrics import HookList, MetricsCollector, summarize, timeseries
-from simulator.policy_factory import PolicyBuilder, PolicyPool, policy_builder
+from simulator.policy_factory import PolicyBuilder, PolicyPool, engine_cost_steps, policy_builder
 from simulator.replica import Replica, SerialReplica
 from simulator.scenario import Scenario
 
@@ -72,9 +72,10 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
     metrics = MetricsCollector(scenario.metrics.bin_s)
     hooks = HookList([metrics, *extra_hooks]) if extra_hooks else metrics
     requests = scenario.workload.generate(scenario.classes, np.random.default_rng(_stream_seed(seed, TRAFFIC)))
+    warm_steps = engine_cost_steps(cost, scenario.drafters) if isinstance(cost, FittedCostModel) else ()
     replicas: list[Replica] = []
     for index in range(scenario.replicas.count):
-        pool = PolicyPool(build, scenario.policy_scope, _stream_seed(seed, POLICY, index) % 2**31)
+        pool = PolicyPool(build, scenario.policy_scope, _stream_seed(seed, POLICY, index) % 2**31, warm_steps)
         args = (env, index, cost, scenario.classes, pool, hooks, _stream_seed(seed, ACCEPTANCE, index))
         if scenario.replicas.mode == "batching":
             replicas.append(BatchingReplica(*args, max_batch=scenario.replicas.max_batch))

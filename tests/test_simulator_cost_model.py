@@ -65,3 +65,18 @@ def test_simulated_speculation_pays_at_small_batch_and_stops_paying_at_large_bat
     gain_large = _throughput("static:ngram:4", 256) / _throughput("none", 256)
     assert gain_small > 2.0
     assert gain_large < 1.0
+
+
+def test_simulated_controllers_start_from_the_fitted_costs_as_the_engine_starts_them():
+    import simpy
+
+    from simulator import build_simulation
+
+    scenario = scenario_from_dict(scenario_dict(policy="adaptive"))
+    sim = build_simulation(simpy.Environment(), scenario)
+    model = fit_cost_model(scenario.profile)
+    policy = sim.replicas[0].policies.get("copy")
+    assert policy.steps == 0 and policy._warm_started
+    assert policy.costs.plain_s() == pytest.approx(model.verify_s(1, 64))
+    verify = policy.costs.verify_s_by_k(4)
+    assert verify[4] == pytest.approx(model.verify_s(5, 64))  # a measured length, not the prior line
