@@ -139,6 +139,9 @@ class SerialReplica(Replica):
             klass = self.classes[request.klass]
             policy = self.policies.get(klass.key)
             decide, observe, key = policy.decide, policy.observe, klass.key
+            start_request = getattr(policy, "start_request", None)
+            if start_request is not None:  # as the engine does before a request's first step
+                start_request()
             gate_for = getattr(policy, "draft_gate", None)
             # drafter -> match kinds of this class; empty (no per-step lookup) without kinds or gate
             match_kinds = self.acceptance.match_kinds(request.klass) if gate_for else None

@@ -106,3 +106,33 @@ def test_gated_adaptive_decoding_equals_plain_and_reports_matches():
         for step in gated.steps:
             assert (step.match_order is not None) == (step.drafter == "ngram" and step.proposed > 0)
     assert policy.draft_gate("ngram").seen  # the engine fed it every lookup
+
+
+def test_request_lift_shortens_long_drafts_in_a_request_whose_drafts_fail_and_resets_per_request():
+    g = gate()
+    for _ in range(30):  # earlier requests copied verbatim: 3-token matches continue for 16 tokens
+        g.learn(3, 16, 16)
+        g.learn(2, 16, 12)
+    g.start_request(16.0)
+    assert g.request_lift() == 1.0
+    assert g.keep(3, 16) == 16
+    for _ in range(6):  # this request paraphrases: its 2-token matches keep failing early
+        g.learn(2, 2, 0)
+    assert g.request_lift() < 0.5
+    assert g.keep(3, 16) < 4  # the 3-token kind has seen none of it, the lift has
+    g.start_request(16.0)  # the next request is judged afresh
+    assert g.request_lift() == 1.0
+
+
+def test_request_lift_lengthens_drafts_in_a_request_that_beats_the_estimates():
+    g = gate()
+    for _ in range(30):
+        g.learn(1, 8, 2)  # in earlier requests matches ran for a few tokens...
+        g.learn(1, 8, 4)
+        g.learn(2, 4, 1)
+    g.start_request(16.0)
+    before = g.keep(1, 16)
+    for _ in range(3):
+        g.learn(2, 8, 8)  # ...in this one they run long wherever they come from
+    assert g.request_lift() > 1.3
+    assert before <= 4 and g.keep(1, 16) > 8

@@ -44,9 +44,10 @@ def test_adaptive_gate_learns_long_drafts_for_strong_matches_and_cuts_weak_ones(
     assert strong and len(strong) > 20
     late_strong = strong[len(strong) // 2:]
     assert sum(s.proposed for s in late_strong) / len(late_strong) > 8  # long drafts once learned
-    # weak matches end up cut to nothing: few are verified at all once learned, and only short ones
-    assert len(weak) < len(strong)
-    assert all(s.proposed <= 2 for s in weak[len(weak) // 2:])
+    # weak matches end up cut to nothing: few are verified at all (the first ones, while the gate
+    # learns what they are worth), and after those only short ones
+    assert len(weak) < len(strong) / 10
+    assert all(s.proposed <= 2 for s in weak[3:])
 
 
 def test_gated_simulation_is_deterministic_and_beats_the_ungated_policy():
