@@ -215,6 +215,12 @@ class AdaptivePolicy:
         plans = {}
         for drafter in self.drafters:
             profile = self.profiles[drafter]
+            gate = self._gates.get(drafter)
+            if gate is not None:  # the gate picks each draft's length: price the drafter as gated
+                gated = gate.tokens_per_s()
+                if not math.isnan(gated):
+                    plans[drafter] = DrafterPlan(drafter, max_k, gated, profile.pooled_rate)
+                    continue
             # a drafter's expected tokens and draft costs change only when it is observed itself
             tokens = self._tokens_by_k.get(drafter)
             if tokens is None:
@@ -227,11 +233,6 @@ class AdaptivePolicy:
                 k, rate = 1, math.nan
             else:
                 k, rate = best_draft_len(tokens, seconds, min_k=1)
-            gate = self._gates.get(drafter)
-            if gate is not None:  # the gate picks each draft's length: price the drafter as gated
-                gated = gate.tokens_per_s()
-                if not math.isnan(gated):
-                    k, rate = max_k, gated
             plans[drafter] = DrafterPlan(drafter, k, rate, profile.pooled_rate)
         self._plans = plans
         return plans

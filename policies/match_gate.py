@@ -43,6 +43,9 @@ from policies.goodput import best_draft_len
 
 _MISS = (0, False)  # a lookup that found no match: the step is a plain one
 MAX_RATE = 0.999  # a lifted rate stays a probability below 1
+# pricing the drafter re-optimises every kind's length this often (in steps); in between only the
+# kind that learned is: costs drift over ~100 steps, and goodput is flat near its optimum
+REPRICE_EVERY = 16
 
 
 class MatchGate:
@@ -65,14 +68,31 @@ class MatchGate:
         # per-match speeds into the speed of choosing this drafter at all
         self._decay = decay_for_half_life(half_life_steps)
         self.seen: dict[tuple[int, bool], float] = {}
-        # expected tokens by k per kind, until that kind learns (this runs at every step)
+        # conditional rates and expected tokens by k per kind, until that kind learns (this runs
+        # at every step)
+        self._rates: dict[tuple[int, bool], list[float]] = {}
         self._expected: dict[tuple[int, bool], list[float]] = {}
+        # each kind's goodput-optimal length for pricing the drafter (tokens_per_s): recomputed when
+        # the kind learns, and for every kind each REPRICE_EVERY pricings as the costs drift
+        self._best_k: dict[tuple[int, bool], int] = {}
+        self._pricings = 0
+
+    def _kind_rates(self, kind: tuple[int, bool]) -> list[float]:
+        rates = self._rates.get(kind)
+        if rates is None:
+            rates = self._rates[kind] = self._profile(*kind).conditional_rates()
+        return rates
 
     def _expected_tokens(self, kind: tuple[int, bool]) -> list[float]:
         expected = self._expected.get(kind)
         if expected is None:
-            expected = self._expected[kind] = expected_tokens_by_k(self._profile(*kind).conditional_rates())
+            expected = self._expected[kind] = expected_tokens_by_k(self._kind_rates(kind))
         return expected
+
+    def _forget(self, kind: tuple[int, bool]) -> None:
+        self._rates.pop(kind, None)
+        self._expected.pop(kind, None)
+        self._best_k.pop(kind, None)
 
     def _profile(self, order: int, ambiguous: bool) -> AcceptanceProfile:
         profile = self.profiles.get((order, ambiguous))
@@ -95,10 +115,8 @@ class MatchGate:
         lift = self.request_lift()
         if lift == 1.0:
             tokens = self._expected_tokens((order, ambiguous))[: available + 1]
-        else:
-            rates = self._profile(order, ambiguous).conditional_rates()
-            tokens = expected_tokens_by_k([min(rate * lift, MAX_RATE) for rate in rates[:available]])
-        return best_draft_len(tokens, seconds, min_k=0)[0]
+            return best_draft_len(tokens, seconds, min_k=0)[0]
+        return _best_lifted_len(self._kind_rates((order, ambiguous)), lift, seconds, available)
 
     def request_lift(self) -> float:
         """This request's acceptance relative to the per-kind estimates (1.0: as expected)."""
@@ -127,13 +145,20 @@ class MatchGate:
         seconds = self._verify_s_by_k(self.max_k)
         if seconds[0] != seconds[0]:
             return float("nan")
+        self._pricings += 1
+        if self._pricings >= REPRICE_EVERY:
+            self._pricings = 0
+            self._best_k.clear()
+        best_k = self._best_k
         tokens_sum = seconds_sum = 0.0
         for kind, weight in self.seen.items():
             if kind == _MISS:
                 tokens, spent = 1.0, seconds[0]
             else:
                 expected = self._expected_tokens(kind)
-                k = best_draft_len(expected, seconds, min_k=0)[0]
+                k = best_k.get(kind)
+                if k is None:
+                    k = best_k[kind] = best_draft_len(expected, seconds, min_k=0)[0]
                 tokens, spent = expected[k], seconds[k]
             tokens_sum += weight * tokens
             seconds_sum += weight * spent
@@ -142,31 +167,49 @@ class MatchGate:
     def learn(self, order: int | None, k: int, num_accepted: int, ambiguous: bool = False) -> None:
         """A verified draft of ``k`` tokens from a match of ``order`` had ``num_accepted`` accepted."""
         if order is not None and k > 0:
-            profile = self._profile(order, ambiguous)
-            rates = profile.conditional_rates()
+            kind = (order, ambiguous)
+            rates = self._kind_rates(kind)
             reached = min(k, num_accepted + 1)  # positions 0..num_accepted were tried (not past k)
             self._request_expected += sum(rates[:reached])
             self._request_accepted += min(num_accepted, reached)
-            profile.update(k, num_accepted)
-            self._expected.pop((order, ambiguous), None)
+            self._profile(order, ambiguous).update(k, num_accepted)
+            self._forget(kind)
 
     def learn_skipped(self, order: int | None, first_matched: bool, ambiguous: bool = False) -> None:
         """A draft cut to nothing: did its first token equal the token decoding produced?"""
         if order is not None:
-            profile = self._profile(order, ambiguous)
-            self._request_expected += profile.conditional_rates()[0]
+            kind = (order, ambiguous)
+            self._request_expected += self._kind_rates(kind)[0]
             self._request_accepted += int(first_matched)
-            profile.update(1, int(first_matched))
-            self._expected.pop((order, ambiguous), None)
+            self._profile(order, ambiguous).update(1, int(first_matched))
+            self._forget(kind)
 
     def start_request(self, max_trials: float) -> None:
         """Scale each order's evidence down to a prior of ``max_trials`` trials (a new request)."""
         for profile in self.profiles.values():
             profile.soften(max_trials)
+        self._rates.clear()
         self._expected.clear()
+        self._best_k.clear()
         self._request_accepted = self._request_expected = 0.0
 
     def state(self) -> dict[str, float]:
         """First-position acceptance per match (``"2"``: order 2; ``"1?"``: order 1, ambiguous)."""
         return {f"{order}{'?' if ambiguous else ''}": p.conditional_rates()[0]
                 for (order, ambiguous), p in sorted(self.profiles.items())}
+
+
+def _best_lifted_len(rates: list[float], lift: float, seconds: list[float], available: int) -> int:
+    """``best_draft_len(expected_tokens_by_k(rates scaled by lift, capped), seconds)[0]`` for
+    ``k <= available``, in one pass (this runs at every lookup)."""
+    best_k, best = 0, (1.0 / seconds[0] if seconds[0] > 0 else 0.0)
+    reach = total = 1.0
+    for k in range(1, available + 1):
+        rate = rates[k - 1] * lift
+        reach *= rate if rate < MAX_RATE else MAX_RATE
+        total += reach
+        spent = seconds[k]
+        value = total / spent if spent > 0 else 0.0
+        if value > best:  # ties go to the shorter draft, as in best_draft_len
+            best_k, best = k, value
+    return best_k

@@ -136,3 +136,21 @@ def test_request_lift_lengthens_drafts_in_a_request_that_beats_the_estimates():
         g.learn(2, 8, 8)  # ...in this one they run long wherever they come from
     assert g.request_lift() > 1.3
     assert before <= 4 and g.keep(1, 16) > 8
+
+
+def test_lifted_draft_length_equals_the_goodput_optimum_of_the_lifted_rates():
+    import random
+
+    from policies.acceptance import expected_tokens_by_k
+    from policies.goodput import best_draft_len
+    from policies.match_gate import MAX_RATE, _best_lifted_len
+
+    rng = random.Random(0)
+    for _ in range(500):
+        available = rng.randint(1, 16)
+        rates = [rng.random() for _ in range(16)]
+        lift = rng.uniform(0.2, 3.0)
+        seconds = sorted(rng.uniform(0.03, 0.08) for _ in range(17))
+        lifted = [min(rate * lift, MAX_RATE) for rate in rates[:available]]
+        expected = best_draft_len(expected_tokens_by_k(lifted), seconds[: available + 1], min_k=0)[0]
+        assert _best_lifted_len(rates, lift, seconds, available) == expected
