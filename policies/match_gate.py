@@ -28,7 +28,7 @@ that kind recurs, so the gate also keeps one request-level *lift*: the acceptanc
 drafts have had at every position they reached, over what the per-kind estimates expected there,
 shrunk toward 1 by ``lift_weight`` pseudo-trials. ``keep`` scales the kind's rates by it. Replayed
 offline on the greedy outputs of benchmarks/shift.jsonl with in-service verify costs, the lift
-turned +10.0% into +11.6% over the best static config (copy phases 70.9 -> 75.0 tokens/s): it
+turned +9.9% into +11.4% over the best static config (copy phases 69.3 -> 73.3 tokens/s): it
 shortens the long drafts of a paraphrasing request after a few misses, and lengthens them early
 in a verbatim one.
 """
