@@ -27,10 +27,10 @@ dozens of tokens, a paraphrased one for two or three. Each kind learns per reque
 that kind recurs, so the gate also keeps one request-level *lift*: the acceptances this request's
 drafts have had at every position they reached, over what the per-kind estimates expected there,
 shrunk toward 1 by ``lift_weight`` pseudo-trials. ``keep`` scales the kind's rates by it. Replayed
-offline on the greedy outputs of benchmarks/shift.jsonl with in-service verify costs, the lift
-turned +9.9% into +11.4% over the best static config (copy phases 69.3 -> 73.3 tokens/s): it
-shortens the long drafts of a paraphrasing request after a few misses, and lengthens them early
-in a verbatim one.
+offline on the greedy outputs of the shift stream with in-service verify costs
+(benchmarks/replay.py), the lift turns +9.8% into +12.0% over the best static config (copy phases
+63.1 -> 67.8 tokens/s): it shortens the long drafts of a paraphrasing request after a few misses,
+and lengthens them early in a verbatim one.
 """
 
 from __future__ import annotations
