@@ -51,7 +51,6 @@ from policies.acceptance import AcceptanceProfile, expected_tokens_by_k
 from policies.bandit import DiscountedUCB
 from policies.change import AcceptanceCollapse, DetectorConfig, PageHinkley, step_acceptance
 from policies.costs import CostModel
-from policies.goodput import best_draft_len
 from policies.guard import GuardConfig, SpeculationGuard
 from policies.outcome import PLAIN, Action, StepOutcome
 from policies.validation import check_int, check_positive, check_range
@@ -229,11 +228,10 @@ class AdaptivePolicy:
             draft = self._draft_s_by_k.get(drafter)
             if draft is None:
                 draft = self._draft_s_by_k[drafter] = self.costs.draft_s_by_k(drafter, max_k)
-            seconds = [v + d for v, d in zip(verify, draft)]
-            if math.isnan(seconds[0]):  # plain speed unknown: nothing can be priced yet
+            if math.isnan(verify[0]):  # plain speed unknown: nothing can be priced yet
                 k, rate = 1, math.nan
             else:
-                k, rate = best_draft_len(tokens, seconds, min_k=1)
+                k, rate = _best_priced_len(tokens, verify, draft)
             plans[drafter] = DrafterPlan(drafter, k, rate, profile.pooled_rate)
         self._plans = plans
         return plans
@@ -445,3 +443,15 @@ class AdaptivePolicy:
             "plans": {d: dataclasses.asdict(p) for d, p in self.plans().items()},
             "match_gates": {d: g.state() for d, g in self._gates.items()},
         }
+
+
+def _best_priced_len(tokens: list[float], verify: list[float], draft: list[float]) -> tuple[int, float]:
+    """``best_draft_len(tokens, [v + d for v, d in zip(verify, draft)], min_k=1)`` without building
+    the list (this runs at every step for every drafter)."""
+    best_k, best_rate = 1, -1.0
+    for k in range(1, len(tokens)):
+        seconds = verify[k] + draft[k]
+        rate = tokens[k] / seconds if seconds > 0 else 0.0
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k, best_rate

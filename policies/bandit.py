@@ -65,17 +65,19 @@ class DiscountedUCB:
         count = self.counts[arm]
         return self.sums[arm] / count if count > 0 else math.nan
 
-    def bonus(self, arm: str) -> float:
-        """``exploration * sqrt(log(n) / N_i)``; infinite for an arm never played."""
+    def bonus(self, arm: str, total: float | None = None) -> float:
+        """``exploration * sqrt(log(n) / N_i)``; infinite for an arm never played. ``total`` is
+        ``n``, the discounted number of all plays, when the caller has it already."""
         count = self.counts[arm]
         if count <= 1e-12:
             return math.inf
-        total = sum(self.counts.values())
+        if total is None:
+            total = sum(self.counts.values())
         return self.exploration * math.sqrt(max(math.log(total), 0.0) / count)
 
-    def index(self, arm: str, mean: float | None = None) -> float:
+    def index(self, arm: str, mean: float | None = None, total: float | None = None) -> float:
         """Upper confidence index ``mean + bonus``; ``mean`` defaults to the discounted reward mean."""
-        bonus = self.bonus(arm)
+        bonus = self.bonus(arm, total)
         if math.isinf(bonus):
             return math.inf
         return (self.mean(arm) if mean is None else mean) + bonus
@@ -89,9 +91,10 @@ class DiscountedUCB:
         if not pool:
             raise ValueError(f"candidates must include at least one of {self.arms}, got none")
         means = means or {}
-        best, best_index = pool[0], self.index(pool[0], means.get(pool[0]))
+        total = sum(self.counts.values())
+        best, best_index = pool[0], self.index(pool[0], means.get(pool[0]), total)
         for arm in pool[1:]:
-            value = self.index(arm, means.get(arm))
+            value = self.index(arm, means.get(arm), total)
             if value > best_index:
                 best, best_index = arm, value
         return best

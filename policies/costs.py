@@ -33,9 +33,10 @@ SPIKE_FLOOR_S = 1e-3  # ... where the prediction is tiny (n-gram lookup), to at 
 
 
 def _clip(seconds: float, predicted: float) -> float:
-    if math.isnan(predicted) or predicted <= 0:
+    if not predicted > 0:  # NaN (nothing predicted yet) or no prediction to clip to
         return seconds
-    return min(seconds, SPIKE_FACTOR * predicted)
+    cap = SPIKE_FACTOR * predicted
+    return seconds if seconds < cap else cap
 
 
 class DecayedLinearFit:

@@ -165,3 +165,18 @@ def test_poor_shadow_acceptance_does_not_trigger_probes():
     for _ in range(12):
         policy.observe_shadow("ngram", 16, 0)
     assert policy.guard.plain_streak == streak and not policy.guard.wants_spec_probe()
+
+
+def test_fused_pricing_equals_the_goodput_optimum_over_summed_costs():
+    import random
+
+    from policies.adaptive import _best_priced_len
+
+    rng = random.Random(1)
+    for _ in range(300):
+        n = rng.randint(2, 17)
+        tokens = expected_tokens_by_k([rng.random() for _ in range(n - 1)])
+        verify = sorted(rng.uniform(0.03, 0.08) for _ in range(n))
+        draft = [0.0] + [rng.uniform(0.0, 0.02) * k for k in range(1, n)]
+        summed = [v + d for v, d in zip(verify, draft)]
+        assert _best_priced_len(tokens, verify, draft) == best_draft_len(tokens, summed, min_k=1)
