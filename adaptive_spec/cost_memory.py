@@ -48,4 +48,5 @@ class StepCostMemory:
         return sorted(kept.values(), key=lambda o: o.timestamp)
 
     def __len__(self) -> int:
-        return len(self.outcomes())
+        """Steps recorded per verified length (a step may also be among its drafter's)."""
+        return sum(len(group) for group in self._by_length.values())

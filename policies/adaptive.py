@@ -249,9 +249,10 @@ class AdaptivePolicy:
         if not self.drafters:
             return _PLAIN_ACTION
         guard = self.guard
-        # 1. a probe burst is due or under way: speculate with the bandit's pick, winning or not
+        # 1. a probe burst is due or under way: speculate with the bandit's pick, winning or not,
+        #    among the drafters that could win at all (not one whose measured cost rules it out)
         if guard.wants_spec_probe():
-            drafter = self._probe_drafter or self._select_drafter()[0]
+            drafter = self._probe_drafter or self._select_drafter(self._could_win())[0]
             probe_k = min(self.config.probe_min_k, self.config.max_k)
             return Action(drafter, max(self.plans()[drafter].k, probe_k))
         # 2. the measured guard says speculation loses: plain until the next probe
@@ -275,13 +276,28 @@ class AdaptivePolicy:
             return _PLAIN_ACTION
         return Action(drafter, plans[drafter].k)
 
-    def _select_drafter(self) -> tuple[str, float]:
+    def _select_drafter(self, candidates: list[str] | None = None) -> tuple[str, float]:
         """The drafter with the highest UCB index and that index, in units of plain speed."""
         plans = self.plans()
         plain_s = self.costs.plain_s()
         means = {d: p.tokens_per_s * plain_s for d, p in plans.items()}  # NaN before plain is measured
-        drafter = self.bandit.select(self.drafters, means)
+        drafter = self.bandit.select(candidates or self.drafters, means)
         return drafter, self.bandit.index(drafter, means[drafter])
+
+    def _could_win(self) -> list[str]:
+        """Drafters that would beat plain decoding at some ``k`` if every draft were accepted
+        (all of them while plain speed or their costs are unknown; all if none could)."""
+        plain_s = self.costs.plain_s()
+        if not plain_s > 0:
+            return self.drafters
+        max_k = self.config.max_k
+        verify = self.costs.verify_s_by_k(max_k)
+        able = []
+        for drafter in self.drafters:
+            draft = self.costs.draft_s_by_k(drafter, max_k)
+            if any((k + 1) * plain_s > verify[k] + draft[k] for k in range(1, max_k + 1)):
+                able.append(drafter)
+        return able or self.drafters
 
     # -- learning -------------------------------------------------------------------------------
 
@@ -342,8 +358,12 @@ class AdaptivePolicy:
         of each drafter whose cost it does not know). Returns whether the outcomes were taken."""
         if self.steps or self._warm_started:
             return False
+        taken = 0
         for outcome in outcomes:
             self.costs.update(outcome.drafter, outcome.k, outcome.proposed, outcome.draft_s, outcome.verify_s)
+            taken += 1
+        if not taken:  # nothing measured yet (a fresh engine): a later request may bring some
+            return False
         self._warm_started = True
         if self.costs.plain_s() > 0:
             self.guard.plain_measured_elsewhere()
@@ -426,8 +446,14 @@ class AdaptivePolicy:
             cfg = self.config
             gate = self._gates[drafter] = MatchGate(cfg.max_k, self.costs.verify_s_by_k, cfg.acceptance_half_life_steps,
                                                     cfg.prior_acceptance, cfg.prior_weight, cfg.shrink_weight,
-                                                    cfg.match_lift_weight)
+                                                    cfg.match_lift_weight, self._probe_floor)
         return gate
+
+    def _probe_floor(self) -> int:
+        """While a probe burst is due or under way, drafts are verified at ``probe_min_k`` at least:
+        a probe measures, and a gate that cut it to nothing would keep pricing drafts on verify
+        costs it never re-measures (after a stall inflated them, speculation would stay off)."""
+        return min(self.config.probe_min_k, self.config.max_k) if self.guard.wants_spec_probe() else 0
 
     # -- telemetry ------------------------------------------------------------------------------
 

@@ -28,6 +28,11 @@ from policies.decayed import DecayedMean, decay_for_half_life
 # weighs ~one step, so two measured lengths identify the slope of a drafter that pays per token
 DRAFT_SLOPE_PRIOR_STRENGTH = 1.0
 MIN_SAMPLES_AT_K = 3.0  # decayed weight of measurements at one k before they replace the line
+# a length not verified for this many steps (any steps, plain ones included) stops being "measured":
+# its cost is interpolated or priced optimistically again, so the controller tries it and re-measures
+# (costs drift: a busy spell inflates the lengths used then, and a gate that never drafts them again
+# would otherwise price them on that spell forever)
+STALE_AFTER_STEPS = 256
 SPIKE_FACTOR = 4.0  # samples above 4x the prediction are clipped to it
 SPIKE_FLOOR_S = 1e-3  # ... where the prediction is tiny (n-gram lookup), to at least 4 ms
 
@@ -103,6 +108,8 @@ class CostModel:
         # the lengths measured at least MIN_SAMPLES_AT_K times, sorted (a decayed weight that
         # starts at 0 only grows, so a length never leaves this list)
         self._measured_ks: list[int] = []
+        self._steps = 0  # updates seen, for STALE_AFTER_STEPS
+        self._last_verified: dict[int, int] = {}  # length -> the update that last verified it
         self._verify_cache: tuple[int, list[float]] | None = None  # (max_k, predictions) until the next update
         self.draft: dict[str, DecayedLinearFit] = {}
 
@@ -110,6 +117,7 @@ class CostModel:
         # Verification cost follows what was actually verified (``proposed``), not what was asked.
         # A sample far above the current prediction (a GC pause, a first call that builds
         # kernels, a noisy neighbour on the CPU) is clipped, so one spike cannot swing the model.
+        self._steps += 1
         if proposed == 0:
             plain_s = self.plain.value
             self.plain.update(_clip(verify_s, plain_s))
@@ -128,6 +136,7 @@ class CostModel:
             if at is None:
                 at = self.verify_at[proposed] = DecayedMean(self.half_life_steps)
             at.update(clipped)
+            self._last_verified[proposed] = self._steps
             if at.weight >= MIN_SAMPLES_AT_K and proposed not in self._measured_ks:
                 self._measured_ks.append(proposed)
                 self._measured_ks.sort()
@@ -168,7 +177,13 @@ class CostModel:
         if math.isnan(plain_s):
             return [math.nan] * (max_k + 1)
         out = [plain_s]
-        if not self._measured_ks:
+        measured_ks = self._measured_ks
+        if measured_ks:
+            oldest = self._steps - STALE_AFTER_STEPS
+            last = self._last_verified
+            if any(last[k] < oldest for k in measured_ks):
+                measured_ks = [k for k in measured_ks if last[k] >= oldest]
+        if not measured_ks:
             prior_slope = self.verify_prior_slope * plain_s
             if self.verify.has_data:
                 intercept, slope = self.verify.coefficients(prior_slope, self.slope_prior_strength)
@@ -181,7 +196,7 @@ class CostModel:
         verify_at = self.verify_at
         k0, v0, last = 0, plain_s, plain_s
         k = 1
-        for k1 in self._measured_ks:
+        for k1 in measured_ks:
             if k1 > max_k:
                 break
             v1 = verify_at[k1].value
@@ -198,8 +213,8 @@ class CostModel:
             k += 1
             k0, v0 = k1, v1
         if k <= max_k:
-            if k0 < self._measured_ks[-1]:  # the next measured length is beyond max_k: interpolate
-                k1 = next(m for m in self._measured_ks if m > k0)
+            if k0 < measured_ks[-1]:  # the next measured length is beyond max_k: interpolate
+                k1 = next(m for m in measured_ks if m > k0)
                 v1 = verify_at[k1].value
                 step = (v1 - v0) / (k1 - k0)
                 while k <= max_k:

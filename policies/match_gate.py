@@ -43,8 +43,9 @@ from policies.goodput import best_draft_len
 
 _MISS = (0, False)  # a lookup that found no match: the step is a plain one
 MAX_RATE = 0.999  # a lifted rate stays a probability below 1
-# pricing the drafter re-optimises every kind's length this often (in steps); in between only the
-# kind that learned is: costs drift over ~100 steps, and goodput is flat near its optimum
+# pricing the drafter re-optimises every kind's length once per this many pricings (about one per
+# step); in between only the kinds that learned are: costs drift over ~100 steps, and goodput is
+# flat near its optimum
 REPRICE_EVERY = 16
 
 
@@ -56,9 +57,15 @@ class MatchGate:
     """
 
     def __init__(self, max_k: int, verify_s_by_k: Callable[[int], list[float]], half_life_steps: float,
-                 prior_rate: float, prior_weight: float, shrink_weight: float, lift_weight: float = 2.0) -> None:
+                 prior_rate: float, prior_weight: float, shrink_weight: float, lift_weight: float = 2.0,
+                 min_keep: Callable[[], int] | None = None) -> None:
+        if not lift_weight > 0:
+            raise ValueError(f"lift_weight must be > 0, got lift_weight={lift_weight!r}")
         self.max_k = max_k
         self.lift_weight = lift_weight
+        # the fewest tokens to keep of a match right now (the policy's probes: a probe is a
+        # measurement, and a gate that cut it would price drafts on costs it never re-measures)
+        self._min_keep = min_keep
         # this request's accepted draft positions, and what the per-kind rates expected of them
         self._request_accepted = self._request_expected = 0.0
         self._verify_s_by_k = verify_s_by_k
@@ -115,8 +122,14 @@ class MatchGate:
         lift = self.request_lift()
         if lift == 1.0:
             tokens = self._expected_tokens((order, ambiguous))[: available + 1]
-            return best_draft_len(tokens, seconds, min_k=0)[0]
-        return _best_lifted_len(self._kind_rates((order, ambiguous)), lift, seconds, available)
+            best = best_draft_len(tokens, seconds, min_k=0)[0]
+        else:
+            best = _best_lifted_len(self._kind_rates((order, ambiguous)), lift, seconds, available)
+        if self._min_keep is not None:
+            floor = self._min_keep()
+            if best < floor:
+                return min(floor, available)
+        return best
 
     def request_lift(self) -> float:
         """This request's acceptance relative to the per-kind estimates (1.0: as expected)."""
@@ -138,8 +151,10 @@ class MatchGate:
         best length and its expected tokens and verify seconds, mixed by how often each occurs
         (a ratio of expected sums, as time is). NaN before any lookup or any measured cost.
 
-        Never below plain speed by construction (a length of 0 is always allowed), except for
-        the lookup's own cost, which the engine measures and the guard sees."""
+        A length of 0 is always allowed, so this is at least plain speed (less the lookup's own
+        cost, which the engine measures and the guard sees) whenever each kind's length is
+        optimal for the current costs; between repricings (``REPRICE_EVERY``) a kind's length
+        was optimal for the costs of up to 16 pricings ago."""
         if not self.seen:
             return float("nan")
         seconds = self._verify_s_by_k(self.max_k)

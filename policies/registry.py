@@ -97,6 +97,11 @@ class OverridePolicy:
     def drain_events(self) -> list:
         return self.inner.drain_events() if hasattr(self.inner, "drain_events") else []
 
+    def warm_start(self, outcomes) -> bool:
+        """The wrapped controller takes the engine's step costs (costs only: safe under a forced action)."""
+        warm_start = getattr(self.inner, "warm_start", None)
+        return warm_start(outcomes) if warm_start is not None else False
+
 
 class PolicyRegistry:
     """One policy per traffic key, built from one spec; the least recently used key is dropped

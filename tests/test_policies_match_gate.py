@@ -154,3 +154,47 @@ def test_lifted_draft_length_equals_the_goodput_optimum_of_the_lifted_rates():
         lifted = [min(rate * lift, MAX_RATE) for rate in rates[:available]]
         expected = best_draft_len(expected_tokens_by_k(lifted), seconds[: available + 1], min_k=0)[0]
         assert _best_lifted_len(rates, lift, seconds, available) == expected
+
+
+def test_cached_pricing_equals_a_fresh_one_after_learning_and_request_starts():
+    g = gate()
+    for i in range(40):
+        g.keep(1 + i % 3, 16, ambiguous=i % 4 == 0)
+        g.learn(1 + i % 3, 8, i % 5, ambiguous=i % 4 == 0)
+        if i % 10 == 9:
+            g.start_request(16.0)
+        cached = g.tokens_per_s()
+        g._best_k.clear()  # what a repricing does
+        assert g.tokens_per_s() == pytest.approx(cached)
+
+
+def test_gate_rejects_a_lift_weight_that_is_not_positive():
+    with pytest.raises(ValueError, match="lift_weight=0"):
+        MatchGate(16, lambda n: CPU_VERIFY[: n + 1], 16.0, 0.5, 2.0, 8.0, lift_weight=0)
+
+
+def test_a_busy_spell_cannot_turn_drafting_off_for_good_probes_re_measure_and_stale_costs_expire():
+    from policies.costs import STALE_AFTER_STEPS
+
+    policy = AdaptivePolicy(["ngram"])
+    g = policy.draft_gate("ngram")
+    for _ in range(20):  # a busy spell: every 16-token verify took a second (all drafts accepted)
+        policy.observe(StepOutcome("ngram", 16, 16, 16, 17, 0.0003, 1.0, match_order=3))
+    for _ in range(4):  # then the machine is quick again: plain steps at 30 ms
+        policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, 0.03))
+    policy.guard.plain_streak = 0  # (as right after a probe) the guard does not want one now
+    assert g.keep(3, 16) == 0  # priced on the spell's costs, every draft is cut
+    policy.guard.plain_streak = policy.guard.backoff  # the backoff is over: a probe is due
+    assert policy.guard.wants_spec_probe()
+    assert g.keep(3, 16) == policy.config.probe_min_k  # the probe is verified, so it measures
+    # a probe at k = 4 measured a quick verify; the 16-token length stays at its spell's price until
+    # it has not been verified for STALE_AFTER_STEPS steps, then it is priced like the longest
+    # fresh length (optimism that gets it tried and re-measured)
+    for _ in range(4):
+        policy.observe(StepOutcome("ngram", 4, 4, 4, 5, 0.0003, 0.05, match_order=3))
+    assert policy.costs.verify_s_by_k(16)[16] == pytest.approx(1.0, rel=0.2)
+    for _ in range(STALE_AFTER_STEPS - 8):
+        policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, 0.03))
+    policy.observe(StepOutcome("ngram", 4, 4, 4, 5, 0.0003, 0.05, match_order=3))
+    verify = policy.costs.verify_s_by_k(16)
+    assert verify[16] == pytest.approx(verify[4]) and verify[4] == pytest.approx(0.05, rel=0.05)
