@@ -220,8 +220,8 @@ class SpeculativeDecoder:
         gate_for = getattr(policy, "draft_gate", None)
         shadow = ShadowDrafts(self.drafters.values(), policy, cfg)
         warm_start = getattr(policy, "warm_start", None)
-        if warm_start is not None and len(self.cost_memory):
-            warm_start(self.cost_memory.outcomes())
+        if warm_start is not None:
+            warm_start(self.cost_memory)  # iterated only by a controller that has not started yet
         start_request = getattr(policy, "start_request", None)
         if start_request is not None:
             start_request()

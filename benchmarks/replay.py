@@ -31,6 +31,7 @@ from adaptive_spec.bench import _option, load_prompts, parse_config  # noqa: E40
 from adaptive_spec.config import GenerationConfig  # noqa: E402
 from adaptive_spec.decoder import SpeculativeDecoder, ShadowDrafts  # noqa: E402
 from adaptive_spec.drafters import NgramDrafter  # noqa: E402
+from adaptive_spec.errors import InvalidParameterError  # noqa: E402
 from adaptive_spec.models import load_model  # noqa: E402
 from policies.outcome import PLAIN, StepOutcome  # noqa: E402
 from policies.registry import make_policy  # noqa: E402
@@ -134,7 +135,7 @@ def make_replay_policy(name: str):
         options = dict(_option(o, name) for o in name.partition(":")[2].split("+") if o)
         return make_policy("adaptive", ["ngram"], **options)
     if config.peer or any(d not in ("ngram", "none") for d in config.drafters):
-        raise SystemExit(f"configs: {name!r} cannot be replayed: only engine configs drafting with ngram can")
+        raise InvalidParameterError("configs", name, "cannot be replayed: only engine configs drafting with ngram can")
     return config.make_policy()
 
 
@@ -146,18 +147,30 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
 
-    result = json.loads(args.result.read_text())
-    if "plain" not in result["configs"]:
-        raise SystemExit(f"{args.result} has no `plain` config to take the outputs from")
+    for name in ("result", "prompts"):
+        if not getattr(args, name).is_file():
+            parser.error(f"{name}={str(getattr(args, name))!r}: file not found")
+    try:
+        result = json.loads(args.result.read_text())
+        plain_rows = result["configs"]["plain"]["prompts"]
+    except (ValueError, KeyError, TypeError) as exc:
+        parser.error(f"result={str(args.result)!r}: not a `bench` result with a `plain` config ({exc!r})")
     costs = verify_costs(result)
     decoder = SpeculativeDecoder(load_model(result["model"]))  # only its tokenizer and chat template
     prompts = {p.id: p.prompt for p in load_prompts(args.prompts)}
+    missing = sorted({r["id"] for r in plain_rows} - set(prompts))
+    if missing:
+        parser.error(f"prompts={str(args.prompts)!r}: lacks the result's prompt ids {missing[:5]}")
     requests = [(r["id"], r["kind"], decoder.encode_prompt(prompts[r["id"]]), r["token_ids"], r.get("prefill_s") or 0.0)
-                for r in result["configs"]["plain"]["prompts"]]
+                for r in plain_rows]
 
     replayed = {}
     for name in args.configs.split(","):
-        replayed[name] = aggregate(replay(make_replay_policy(name), requests, costs, result["max_new_tokens"]))
+        try:
+            policy = make_replay_policy(name)
+        except (InvalidParameterError, ValueError) as exc:
+            parser.error(str(exc))
+        replayed[name] = aggregate(replay(policy, requests, costs, result["max_new_tokens"]))
 
     statics = [a["tokens_per_s"] for n, a in replayed.items() if n.startswith("static:")]
     best = max(statics) if statics else None

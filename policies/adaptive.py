@@ -348,7 +348,7 @@ class AdaptivePolicy:
         self._tokens_by_k.clear()
         self.guard.start_request()
 
-    def warm_start(self, outcomes: Iterable[StepOutcome]) -> bool:
+    def warm_start(self, outcomes: Iterable[StepOutcome]) -> bool:  # iterated only when taken
         """Seed the cost model with steps the engine measured before this controller existed.
 
         Only a controller that has observed nothing takes them, and only their costs: plain and

@@ -57,10 +57,22 @@ def test_decoder_warm_starts_each_new_controller_from_the_steps_it_served():
     decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0)), [NgramDrafter()])
     decoder.generate(PROMPT, max_new_tokens=24, policy=StaticPolicy("ngram", 3))
     assert len(decoder.cost_memory) > 0
-    fresh = AdaptivePolicy(["ngram"])
-    assert fresh.decide().k == 0  # cold, it would measure plain speed first
-    result = decoder.generate(PROMPT, max_new_tokens=24, policy=fresh)
-    assert result.steps[0].k > 0  # plain speed was already known: no plain measuring step first
+    served = {o.proposed for o in decoder.cost_memory}
+
+    class Spy(AdaptivePolicy):
+        first = None
+
+        def decide(self):
+            if self.first is None:  # what the controller knew before its first step
+                self.first = (self.costs.plain_s(), set(self.costs.verify_at), self.guard.wants_plain_probe())
+            return super().decide()
+
+    fresh = Spy(["ngram"])
+    assert fresh.guard.wants_plain_probe()  # cold, it would measure plain speed first
+    decoder.generate(PROMPT, max_new_tokens=24, policy=fresh)
+    plain_s, lengths, wants_plain = fresh.first
+    assert plain_s > 0 and not wants_plain  # plain speed was already known: no measuring step
+    assert lengths == served - {0}  # every verify length the engine had served, before any of its own
 
 
 def test_an_empty_memory_leaves_the_controller_free_to_warm_start_later():
