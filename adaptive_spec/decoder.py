@@ -376,13 +376,15 @@ class ShadowDrafts:
         # started at every plain step, so after the first few steps one resolves at every step.
         self.k = min(SHADOW_K, int(getattr(getattr(policy, "config", None), "max_k", SHADOW_K)))
         self.cfg = cfg
-        self.pending: list[tuple[str, int, list[int]]] = []  # (drafter, start index, tokens)
+        # (drafter, start index, tokens, match order, ambiguous)
+        self.pending: list[tuple[str, int, list[int], int | None, bool]] = []
 
     def propose(self, context: list[int]) -> None:
         for drafter in self.drafters:
-            tokens = drafter.propose(context, self.k, self.cfg, None).tokens[: self.k]
+            proposal = drafter.propose(context, self.k, self.cfg, None)
+            tokens = proposal.tokens[: self.k]
             if tokens:
-                self.pending.append((drafter.name, len(context), tokens))
+                self.pending.append((drafter.name, len(context), tokens, proposal.match_order, proposal.match_ambiguous))
             else:
                 self.observe(drafter.name, self.k, 0)  # no match: a speculative step would have gained nothing
 
@@ -390,7 +392,8 @@ class ShadowDrafts:
         if not self.pending:
             return
         still = []
-        for name, start, tokens in self.pending:
+        for pending in self.pending:
+            name, start, tokens, order, ambiguous = pending
             if name == verified_drafter:
                 continue  # a real verification just measured it
             known = context[start : start + len(tokens)]
@@ -398,9 +401,12 @@ class ShadowDrafts:
             while matched < len(known) and known[matched] == tokens[matched]:
                 matched += 1
             if matched < len(known) or len(known) == len(tokens):
-                self.observe(name, len(tokens), matched)
+                if order is None:
+                    self.observe(name, len(tokens), matched)
+                else:
+                    self.observe(name, len(tokens), matched, order, ambiguous)
             else:
-                still.append((name, start, tokens))
+                still.append(pending)
         self.pending = still
 
 

@@ -8,24 +8,35 @@ real n-gram drafter and the engine's match gate and shadow drafting, charging ea
 in-service cost of its verify length. No model forward runs, so a stream that takes 13 minutes to
 benchmark replays in seconds: the tool for trying controller changes before paying for a run.
 
-What it leaves out: model drafters (no int8: its drafts need its forwards), timing noise, and the
-spikes of cold kernels. Its figures are predictions, checked against the next real run.
+What it leaves out: model drafters (no int8: its drafts need its forwards) and the spikes of cold
+kernels. Timing noise is left out by default; ``--draws N`` replays every config N more times with
+each step's cost drawn at random from the in-service costs of its verify length and each request
+slowed or sped up as a whole by a factor drawn from how the run's requests varied (``CostDraws``),
+so that the measured-speed decisions (the never-slower guard) see noise as they do in service, and
+reports the median and the worst of each config's ratio to the best static config per kind of
+prompt. Its
+figures are predictions, checked against the next real run.
 
     python benchmarks/replay.py benchmarks/results/shift.json benchmarks/shift.jsonl
     python benchmarks/replay.py benchmarks/results/workloads.json benchmarks/workloads.jsonl \
         --configs plain,static:ngram:2,adaptive,adaptive:match_lift_weight=1e12 --out replay.json
+    python benchmarks/replay.py benchmarks/results/workloads.json benchmarks/workloads.jsonl --draws 20
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tqdm import tqdm  # noqa: E402
 
 from adaptive_spec.bench import _option, load_prompts, parse_config  # noqa: E402
 from adaptive_spec.config import GenerationConfig  # noqa: E402
@@ -43,6 +54,12 @@ NGRAM_DRAFT_S = 0.0003  # a lookup, as measured in service (0.2-0.4 ms)
 def verify_costs(result: dict) -> list[float]:
     """Median in-service verify seconds by number of drafts verified, over every config's steps;
     lengths never measured take the next shorter measured one."""
+    return [statistics.median(samples) for samples in verify_samples(result)]
+
+
+def verify_samples(result: dict) -> list[list[float]]:
+    """In-service verify seconds by number of drafts verified, over every config's steps; lengths
+    never measured take the samples of the next shorter measured one."""
     by_length = defaultdict(list)
     fields = result["step_record_fields"]
     proposed_at, verify_at = fields.index("proposed"), fields.index("verify_s")
@@ -52,10 +69,10 @@ def verify_costs(result: dict) -> list[float]:
                 by_length[step[proposed_at]].append(step[verify_at])
     if 0 not in by_length:
         raise SystemExit("the result has no step records: run `adaptive-spec bench` with --steps")
-    costs = []
+    samples = []
     for n in range(max(by_length) + 1):
-        costs.append(statistics.median(by_length[n]) if by_length.get(n) else costs[-1])
-    return costs
+        samples.append(by_length[n] if by_length.get(n) else samples[-1])
+    return samples
 
 
 def warm_steps(costs: list[float]) -> list[StepOutcome]:
@@ -67,8 +84,52 @@ def warm_steps(costs: list[float]) -> list[StepOutcome]:
     return steps
 
 
-def replay(policy, requests: list[tuple], costs: list[float], max_new_tokens: int) -> list[dict]:
-    """Serve ``requests`` (id, kind, prompt ids, plain output ids, prefill seconds) in order."""
+def request_slowdowns(result: dict) -> list[float]:
+    """How much slower than usual each request of each config ran: the median plain-step
+    (no draft) cost of that request over the median over all of them. Noise in service comes in
+    spells (another process, a frequency change), not step by step, and the never-slower guard
+    judges from a few dozen steps: a request run 10% slow is what turns it off."""
+    fields = result["step_record_fields"]
+    proposed_at, verify_at = fields.index("proposed"), fields.index("verify_s")
+    medians = []
+    for config in result["configs"].values():
+        for prompt in config["prompts"]:
+            plain = [s[verify_at] for s in prompt.get("step_records") or () if s[proposed_at] == 0]
+            if len(plain) >= 8:
+                medians.append(statistics.median(plain))
+    overall = statistics.median(medians)
+    return [m / overall for m in medians]
+
+
+class CostDraws:
+    """Step costs at random, seeded: each request a slowdown drawn from ``request_slowdowns``, each
+    step a cost drawn from the in-service costs of its verify length (pooled over all requests,
+    so they hold some of the requests' spread already: the draws are a little noisier than
+    service) times the request's slowdown."""
+
+    def __init__(self, samples: list[list[float]], slowdowns: list[float], seed: int) -> None:
+        self.samples, self.slowdowns = samples, slowdowns
+        self.rng = random.Random(seed)
+        # its own stream: the i-th request runs equally slow under every config of one seed, so
+        # that the configs' ratios compare policies under the same spells, not the spells
+        self.spells = random.Random(seed + 1_000_003)
+        self.factor = 1.0
+
+    def new_request(self) -> None:
+        self.factor = self.spells.choice(self.slowdowns)
+
+    def __call__(self, length: int) -> float:
+        return self.rng.choice(self.samples[length]) * self.factor
+
+
+def replay(policy, requests: list[tuple], costs: list[float], max_new_tokens: int,
+           draw: Callable[[int], float] | None = None) -> list[dict]:
+    """Serve ``requests`` (id, kind, prompt ids, plain output ids, prefill seconds) in order.
+
+    Each step costs ``costs[drafts verified]`` (the median), or ``draw(drafts verified)`` when
+    given (``draw.new_request()``, if it has one, is called as each request starts); the
+    controller's warm start always sees the medians, as the engine's memory would."""
+    new_request = getattr(draw, "new_request", None)
     drafter = NgramDrafter()
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
     warm_start = getattr(policy, "warm_start", None)
@@ -79,6 +140,8 @@ def replay(policy, requests: list[tuple], costs: list[float], max_new_tokens: in
     for rid, kind, prompt, output, prefill_s in requests:
         context, pos, seconds, steps = prompt + [output[0]], 1, prefill_s, 0
         shadow = ShadowDrafts([drafter], policy, cfg)
+        if new_request is not None:
+            new_request()
         if hasattr(policy, "start_request"):
             policy.start_request()
         while pos < len(output):
@@ -107,7 +170,8 @@ def replay(policy, requests: list[tuple], costs: list[float], max_new_tokens: in
             pos += len(step_tokens)
             shadow.resolve(context, action.drafter if drafts else None)
             draft_s = NGRAM_DRAFT_S if speculate else 0.0
-            verify_s = costs[min(len(drafts), len(costs) - 1)]
+            length = min(len(drafts), len(costs) - 1)
+            verify_s = draw(length) if draw is not None else costs[length]
             seconds += draft_s + verify_s
             steps += 1
             policy.observe(StepOutcome(
@@ -144,9 +208,13 @@ def main() -> None:
     parser.add_argument("result", type=Path, help="a `bench --steps` result JSON (it must include `plain`)")
     parser.add_argument("prompts", type=Path, help="the prompts file that result was run on")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated bench configs (n-gram only)")
+    parser.add_argument("--draws", type=int, default=0,
+                        help="also replay this many times with each step's cost drawn from the in-service costs of its length")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
 
+    if args.draws < 0:
+        parser.error(f"draws={args.draws}: must be >= 0")
     for name in ("result", "prompts"):
         if not getattr(args, name).is_file():
             parser.error(f"{name}={str(getattr(args, name))!r}: file not found")
@@ -164,24 +232,76 @@ def main() -> None:
     requests = [(r["id"], r["kind"], decoder.encode_prompt(prompts[r["id"]]), r["token_ids"], r.get("prefill_s") or 0.0)
                 for r in plain_rows]
 
-    replayed = {}
-    for name in args.configs.split(","):
+    names = args.configs.split(",")
+    policies = {}
+    for name in names:
         try:
-            policy = make_replay_policy(name)
+            policies[name] = make_replay_policy(name)
         except (InvalidParameterError, ValueError) as exc:
             parser.error(str(exc))
-        replayed[name] = aggregate(replay(policy, requests, costs, result["max_new_tokens"]))
+    replayed = {name: aggregate(replay(policy, requests, costs, result["max_new_tokens"]))
+                for name, policy in policies.items()}
+    print_table(replayed)
+    out = {"source": str(args.result), "verify_s_by_drafts": costs, "configs": replayed}
+    if args.draws:
+        samples, slowdowns = verify_samples(result), request_slowdowns(result)
+        runs = []
+        for seed in tqdm(range(args.draws), desc="cost draws", unit="draw"):
+            # every config of a draw sees the same costs: one seed per (draw, config)
+            runs.append({name: aggregate(replay(make_replay_policy(name), requests, costs, result["max_new_tokens"],
+                                                CostDraws(samples, slowdowns, seed)))
+                         for name in names})
+        out["draws"] = summarise_draws(runs)
+        print_draws(out["draws"], args.draws)
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1))
+        print(f"wrote {args.out}")
 
-    statics = [a["tokens_per_s"] for n, a in replayed.items() if n.startswith("static:")]
-    best = max(statics) if statics else None
+
+def _best_static(agg_by_name: dict, kind: str | None) -> float | None:
+    speeds = [(a["tokens_per_s"] if kind is None else a["by_kind"][kind])
+              for n, a in agg_by_name.items() if n.startswith("static:")]
+    return max(speeds) if speeds else None
+
+
+def print_table(replayed: dict) -> None:
+    best = _best_static(replayed, None)
     kinds = sorted(next(iter(replayed.values()))["by_kind"])
     print(f"{'config':44s} {'tok/s':>7s} {'vs best static':>15s}  " + "  ".join(f"{k:>8s}" for k in kinds))
     for name, agg in replayed.items():
         ratio = f"{agg['tokens_per_s'] / best:.3f}" if best else "-"
         print(f"{name:44s} {agg['tokens_per_s']:7.2f} {ratio:>15s}  " + "  ".join(f"{agg['by_kind'][k]:8.1f}" for k in kinds))
-    if args.out:
-        args.out.write_text(json.dumps({"source": str(args.result), "verify_s_by_drafts": costs, "configs": replayed}, indent=1))
-        print(f"wrote {args.out}")
+
+
+def summarise_draws(runs: list[dict]) -> dict:
+    """Per config and kind of prompt (and ``all``): the median tokens/s over the draws, and the
+    median and worst ratio to the best static config of the same draw."""
+    kinds = ["all", *sorted(next(iter(runs[0].values()))["by_kind"])]
+    summary = {}
+    for name in runs[0]:
+        summary[name] = {}
+        for kind in kinds:
+            key = None if kind == "all" else kind
+            speeds = [(run[name]["tokens_per_s"] if key is None else run[name]["by_kind"][key]) for run in runs]
+            ratios = [s / b for s, run in zip(speeds, runs) if (b := _best_static(run, key))]
+            summary[name][kind] = {"tokens_per_s_median": statistics.median(speeds),
+                                   "vs_best_static_median": statistics.median(ratios) if ratios else None,
+                                   "vs_best_static_worst": min(ratios) if ratios else None}
+    return summary
+
+
+def print_draws(summary: dict, draws: int) -> None:
+    kinds = list(next(iter(summary.values())))
+    print(f"\nover {draws} cost draws: median tok/s (median / worst ratio to that draw's best static)")
+    print(f"{'config':44s} " + "  ".join(f"{k:>22s}" for k in kinds))
+    for name, by_kind in summary.items():
+        cells = []
+        for kind in kinds:
+            row = by_kind[kind]
+            ratio = (f"{row['vs_best_static_median']:.3f}/{row['vs_best_static_worst']:.3f}"
+                     if row["vs_best_static_median"] is not None else "-")
+            cells.append(f"{row['tokens_per_s_median']:7.1f} ({ratio})")
+        print(f"{name:44s} " + "  ".join(f"{c:>22s}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ Each step it answers "which drafter, how many drafts (0: none)?" by putting toge
    grows while a drafter is not used (``policies.bandit``), so a drafter that recovered gets
    noticed; plain decoding when even that optimistic index is below plain speed.
 5. ``SpeculationGuard`` - a measured never-slower switch with plain probes while on and a backoff
-   schedule of speculative probe bursts while off (``policies.guard``).
+   schedule of speculative probe bursts while off (``policies.guard``). Each speculative step is
+   judged against plain steps of the last few dozen steps, so that a slow spell of the machine is
+   not taken for speculation losing (``_plain_speed_now``).
 6. ``PageHinkley`` per drafter - a collapse in acceptance becomes an ``AcceptanceCollapse`` event
    (read them with ``drain_events``) and wipes that drafter's profile so the model re-learns at once
    instead of at the speed of its half-life (``policies.change``).
@@ -18,8 +20,9 @@ Each step it answers "which drafter, how many drafts (0: none)?" by putting toge
    (``policies.early_stop``); the drafter loop fetches it with ``early_stop(drafter)``.
 8. Shadow drafting (``observe_shadow``): while decoding plainly, the engine still runs drafters
    that cost nothing (n-gram lookup) and reports how much of each draft plain decoding went on to
-   produce. Acceptance stays measured while speculation is off, and a probe burst starts the
-   moment a drafter would win, instead of waiting for the backoff schedule.
+   produce. Acceptance (and the match gate's picture of the request) stays measured while
+   speculation is off, and a probe burst starts as soon as a drafter would win (at least
+   ``backoff_initial`` plain steps after the last burst), instead of waiting for the backoff.
 9. A draft length per n-gram match order (``draft_gate``, ``policies.match_gate``): prompt
    lookup proposes up to ``max_k`` tokens at no extra cost and the gate keeps the goodput-optimal
    prefix for how long the match was (a 1-token match is a weak guess, a 3-token one in a copy run
@@ -50,7 +53,8 @@ from typing import Any
 from policies.acceptance import AcceptanceProfile, expected_tokens_by_k
 from policies.bandit import DiscountedUCB
 from policies.change import AcceptanceCollapse, DetectorConfig, PageHinkley, step_acceptance
-from policies.costs import CostModel
+from policies.costs import CostModel, clip_spike as _clip_spike
+from policies.decayed import DecayedMean
 from policies.guard import GuardConfig, SpeculationGuard
 from policies.outcome import PLAIN, Action, StepOutcome
 from policies.validation import check_int, check_positive, check_range
@@ -58,6 +62,10 @@ from policies.validation import check_int, check_positive, check_range
 EARLY_STOP_MODES = ("learned", "threshold", "off")
 MAX_PENDING_EVENTS = 256  # undrained collapse events kept (oldest dropped first)
 _PLAIN_ACTION = Action(PLAIN, 0)
+# the never-slower guard compares speculative steps with plain steps of about this recent past
+# (in steps that verified no draft): short enough to follow a spell, long enough that one noisy
+# plain step moves it by ~5% of its noise
+RECENT_PLAIN_HALF_LIFE = 8.0
 
 
 @dataclass(frozen=True)
@@ -203,6 +211,8 @@ class AdaptivePolicy:
         self._tokens_by_k: dict[str, list[float]] = {}  # per-drafter caches, cleared when it is observed
         self._draft_s_by_k: dict[str, list[float]] = {}
         self._warm_started = False  # warm_start seeds the cost model at most once
+        self._probe_measured = False  # the current probe burst has verified a probe_min_k draft
+        self._recent_plain = DecayedMean(RECENT_PLAIN_HALF_LIFE)  # seconds of recent no-draft steps
 
     # -- deciding -------------------------------------------------------------------------------
 
@@ -307,13 +317,20 @@ class AdaptivePolicy:
         self._tokens_by_k.pop(outcome.drafter, None)
         self._draft_s_by_k.pop(outcome.drafter, None)
         self.costs.update(outcome.drafter, outcome.k, outcome.proposed, outcome.draft_s, outcome.verify_s)
+        if outcome.proposed == 0:  # a target forward of one token, whatever was asked
+            self._recent_plain.update(_clip_spike(outcome.verify_s, self._recent_plain.value))
         if outcome.k == 0 or outcome.drafter == PLAIN:
             self.guard.observe_plain()
+            self._probe_measured = self._probe_measured and self.guard.wants_spec_probe()
             return
         plain_s = self.costs.plain_s()
         tokens = outcome.num_accepted + 1  # accepted + recovered/bonus; a stop cut is not the drafter's doing
         seconds = max(outcome.step_s, 1e-9)
-        self.guard.observe_spec(tokens, seconds, 1.0 / plain_s if plain_s > 0 else math.nan)
+        self.guard.observe_spec(tokens, seconds, self._plain_speed_now(outcome))
+        if not self.guard.wants_spec_probe():  # no burst under way (or this step ended one)
+            self._probe_measured = False
+        elif outcome.proposed >= min(self.config.probe_min_k, self.config.max_k):
+            self._probe_measured = True
         if not self.guard.probing:  # the burst shadow drafting asked for is over
             self._probe_drafter = None
         profile = self.profiles.get(outcome.drafter)
@@ -332,6 +349,22 @@ class AdaptivePolicy:
         stopper = self._stoppers.get(outcome.drafter)
         if stopper is not None and outcome.draft_confidences:
             stopper.learn_step(outcome.draft_confidences, outcome.num_accepted, outcome.draft_entropies)
+
+    def _plain_speed_now(self, outcome: StepOutcome) -> float:
+        """Plain tokens/s to judge a speculative step against, as of now: the machine's speed comes
+        in spells (another process, a clock change) and a speculative step run in a 10% slow spell
+        must not be compared with plain steps run before it. A step that verified no draft (a
+        lookup that found nothing) is its own reference: a plain forward plus the draft's cost.
+        Otherwise plain steps of the last few dozen steps (``RECENT_PLAIN_HALF_LIFE``), else the
+        cost model's longer-run ``plain_s``. (Replayed with the spells of the workloads run,
+        benchmarks/replay.py --draws: a copy request that began in a slow spell turned the
+        guard off against the earlier plain speed, and ran at 0.98x the best static config.)"""
+        if outcome.proposed == 0 and outcome.verify_s > 0:
+            return 1.0 / outcome.verify_s
+        plain_s = self._recent_plain.value
+        if not plain_s > 0:
+            plain_s = self.costs.plain_s()
+        return 1.0 / plain_s if plain_s > 0 else math.nan
 
     def start_request(self) -> None:
         """A new request of this traffic key begins (called by the engine before its first step).
@@ -371,15 +404,30 @@ class AdaptivePolicy:
         self._draft_s_by_k.clear()
         return True
 
-    def observe_shadow(self, drafter: str, k: int, num_accepted: int) -> None:
+    def observe_shadow(self, drafter: str, k: int, num_accepted: int, match_order: int | None = None,
+                       match_ambiguous: bool = False) -> None:
         """Acceptance of a draft that was proposed but not verified, resolved against the tokens
         plain decoding produced next (*shadow drafting*: only for drafters that cost nothing to run,
-        such as n-gram lookup). It teaches the acceptance profile while speculation is off, and
-        asks the guard for a probe burst as soon as the drafter's plan beats plain decoding."""
+        such as n-gram lookup; ``match_order`` is ``None`` for a lookup that found nothing). It
+        teaches the acceptance profile and the drafter's match gate while speculation is off, and
+        asks the guard for a probe burst as soon as the drafter's plan beats plain decoding.
+
+        The gate must learn too: a gated drafter is priced by its gate, and a gate that kept the
+        previous request's picture (a copy request's strong matches) would keep asking for probes
+        that the current request's bursts measure losing (seen on SmolLM2: one burst every 5 steps
+        through whole collapse requests)."""
         profile = self.profiles.get(drafter)
         if profile is None or k <= 0:
             return
         profile.update(k, num_accepted)
+        gate = self._gates.get(drafter)
+        if gate is None and match_order is not None:  # a drafter that reports match orders
+            gate = self.draft_gate(drafter)
+        if gate is not None:
+            if match_order is None:
+                gate.note_miss()
+            else:
+                gate.learn_shadow(match_order, k, num_accepted, match_ambiguous)
         self._plans = None
         self._tokens_by_k.pop(drafter, None)
         if self.guard.allowed:
@@ -450,10 +498,15 @@ class AdaptivePolicy:
         return gate
 
     def _probe_floor(self) -> int:
-        """While a probe burst is due or under way, drafts are verified at ``probe_min_k`` at least:
-        a probe measures, and a gate that cut it to nothing would keep pricing drafts on verify
-        costs it never re-measures (after a stall inflated them, speculation would stay off)."""
-        return min(self.config.probe_min_k, self.config.max_k) if self.guard.wants_spec_probe() else 0
+        """While a probe burst is due or under way and has not yet verified a draft of
+        ``probe_min_k`` tokens, the gate keeps at least that many: a probe measures, and a gate
+        that cut it to nothing would keep pricing drafts on verify costs it never re-measures
+        (after a stall inflated them, speculation would stay off). One such step per burst
+        re-measures the cost; the rest of the burst is the gate's, so that a burst on a request
+        whose matches are not accepted costs one long verify, not four."""
+        if self._probe_measured or not self.guard.wants_spec_probe():
+            return 0
+        return min(self.config.probe_min_k, self.config.max_k)
 
     # -- telemetry ------------------------------------------------------------------------------
 

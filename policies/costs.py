@@ -37,7 +37,8 @@ SPIKE_FACTOR = 4.0  # samples above 4x the prediction are clipped to it
 SPIKE_FLOOR_S = 1e-3  # ... where the prediction is tiny (n-gram lookup), to at least 4 ms
 
 
-def _clip(seconds: float, predicted: float) -> float:
+def clip_spike(seconds: float, predicted: float) -> float:
+    """``seconds``, at most ``SPIKE_FACTOR`` times ``predicted`` (unclipped when nothing is predicted)."""
     if not predicted > 0:  # NaN (nothing predicted yet) or no prediction to clip to
         return seconds
     cap = SPIKE_FACTOR * predicted
@@ -120,7 +121,7 @@ class CostModel:
         self._steps += 1
         if proposed == 0:
             plain_s = self.plain.value
-            self.plain.update(_clip(verify_s, plain_s))
+            self.plain.update(clip_spike(verify_s, plain_s))
             self._verify_cache = None
         else:
             if not self.verify.has_data:
@@ -130,7 +131,7 @@ class CostModel:
                 if cached is None or cached[0] < proposed:
                     cached = self._verify_cache = (proposed, self._predict_verify(proposed))
                 predicted = cached[1][proposed]
-            clipped = _clip(verify_s, predicted)
+            clipped = clip_spike(verify_s, predicted)
             self.verify.update(proposed, clipped)
             at = self.verify_at.get(proposed)
             if at is None:
@@ -149,7 +150,7 @@ class CostModel:
             else:
                 intercept, slope = fit.coefficients(0.0, DRAFT_SLOPE_PRIOR_STRENGTH)
                 predicted = intercept + slope * max(proposed, 1)  # draft_s_by_k's prediction
-                fit.update(proposed, _clip(draft_s, max(predicted, SPIKE_FLOOR_S)))
+                fit.update(proposed, clip_spike(draft_s, max(predicted, SPIKE_FLOOR_S)))
 
     def plain_s(self) -> float:
         return self.plain.value

@@ -66,7 +66,8 @@ class GuardConfig:
     # cap on the plain steps between probes: a losing burst of a draft model (4 steps at k >= 4,
     # ~4 plain steps each with an int8 self-draft on CPU) then costs ~3% of plain speed. Cheap
     # drafters (n-gram) are shadow-drafted during plain steps, which triggers a probe as soon as
-    # they would win (``request_probe``), so their recovery does not wait for this cap
+    # they would win (``request_probe``, backoff_initial plain steps after the last burst at the
+    # earliest), so their recovery does not wait for this cap
     backoff_max: int = 512
     # one plain step per this many speculative steps keeps plain speed measured (~1.5% cost)
     plain_probe_every: int = 64
@@ -92,6 +93,7 @@ class SpeculationGuard:
         self.plain_streak = 0  # consecutive plain steps
         self.backoff = self.config.backoff_initial
         self.probe_remaining = 0  # speculative steps left in the current probe burst
+        self.probe_requested = False  # shadow drafting asked for a burst (request_probe)
         self.burst_tokens = 0.0
         self.burst_seconds = 0.0
         # start "due" so that the very first step measures plain speed
@@ -106,7 +108,11 @@ class SpeculationGuard:
 
     def wants_spec_probe(self) -> bool:
         """True when the next step should speculate to probe (a burst is due or under way)."""
-        return self.probe_remaining > 0 or self.plain_streak >= self.backoff
+        return self.probe_remaining > 0 or self._probe_due()
+
+    def _probe_due(self) -> bool:
+        due_after = self.config.backoff_initial if self.probe_requested else self.backoff
+        return self.plain_streak >= due_after
 
     def wants_plain_probe(self) -> bool:
         """True when plain speed should be re-measured before speculating on."""
@@ -118,10 +124,13 @@ class SpeculationGuard:
         self._reset_speed()
 
     def request_probe(self) -> None:
-        """Probe at the next step, whatever the backoff: outside evidence (shadow drafting while
-        plain) says a drafter would now win. The burst still has to measure the win."""
+        """Probe soon, whatever the backoff: outside evidence (shadow drafting while plain) says a
+        drafter would now win. The burst still has to measure the win. Even so at least
+        ``backoff_initial`` plain steps separate two bursts: evidence that keeps predicting wins
+        the bursts do not measure must not turn the backoff into a loop of one burst every few
+        steps (seen on SmolLM2 before the match gate learned from shadow drafts)."""
         if not self.allowed and self.probe_remaining == 0:
-            self.plain_streak = max(self.plain_streak, self.backoff)
+            self.probe_requested = True
 
     def plain_measured_elsewhere(self) -> None:
         """Plain speed is known from outside this guard's steps (the engine's costs, taken by a
@@ -135,9 +144,10 @@ class SpeculationGuard:
     def observe_spec(self, tokens: float, seconds: float, plain_speed: float) -> None:
         """One speculative step that emitted ``tokens`` in ``seconds``; ``plain_speed`` in tokens/s."""
         cfg = self.config
-        if self.probe_remaining == 0 and self.plain_streak >= self.backoff:
+        if self.probe_remaining == 0 and self._probe_due():
             self.probe_remaining = cfg.probe_steps
             self.burst_tokens = self.burst_seconds = 0.0
+            self.probe_requested = False
         self.plain_streak = 0
         self.spec_since_plain += 1
         if self.probe_remaining > 0:

@@ -190,6 +190,14 @@ class MatchGate:
             self._profile(order, ambiguous).update(k, num_accepted)
             self._forget(kind)
 
+    def learn_shadow(self, order: int, k: int, num_accepted: int, ambiguous: bool = False) -> None:
+        """A shadow draft (proposed while decoding plainly, never verified) after a match of
+        ``order``: ``num_accepted`` of its ``k`` tokens were what decoding produced. It counts in
+        the mix of lookups as a verified one does, so that while speculation is off the gate's
+        picture of this request (which kinds of match it finds, how they fare) stays current."""
+        self._count((order, ambiguous))
+        self.learn(order, k, num_accepted, ambiguous)
+
     def learn_skipped(self, order: int | None, first_matched: bool, ambiguous: bool = False) -> None:
         """A draft cut to nothing: did its first token equal the token decoding produced?"""
         if order is not None:

@@ -180,3 +180,78 @@ def test_fused_pricing_equals_the_goodput_optimum_over_summed_costs():
         draft = [0.0] + [rng.uniform(0.0, 0.02) * k for k in range(1, n)]
         summed = [v + d for v, d in zip(verify, draft)]
         assert _best_priced_len(tokens, verify, draft) == best_draft_len(tokens, summed, min_k=1)
+
+
+CPU_VERIFY_S = {0: 0.036, 1: 0.040, 2: 0.042, 4: 0.058, 8: 0.071, 16: 0.077}  # SmolLM2, 2-core CPU
+
+
+def _verify_s(n):
+    return CPU_VERIFY_S[max(k for k in CPU_VERIFY_S if k <= n)]
+
+
+def _gated_request(policy, steps, accepted_of):
+    """Drive ``steps`` engine steps of one request in which every lookup finds a 2-token match whose
+    draft has ``accepted_of(drafted)`` tokens right, as the engine does (gate cut, shadow drafts
+    while plain); return the verified draft lengths."""
+    gate = policy.draft_gate("ngram")
+    policy.start_request()
+    verified = []
+    for _ in range(steps):
+        action = policy.decide()
+        keep = gate.keep(2, 16) if action.drafter == "ngram" and action.k > 0 else 0
+        if keep == 0:
+            policy.observe_shadow("ngram", 4, accepted_of(4), 2, False)  # what plain decoding shows
+            policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, _verify_s(0)))
+            continue
+        accepted = accepted_of(keep)
+        policy.observe(StepOutcome("ngram", keep, keep, accepted, accepted + 1, 0.0003, _verify_s(keep),
+                                   match_order=2))
+        verified.append(keep)
+    return verified
+
+
+def test_shadow_drafts_teach_the_gate_so_a_stale_copy_picture_does_not_keep_asking_for_probes():
+    # a copy request teaches the gate that 2-token matches are accepted in full; the next request
+    # matches as often but accepts nothing, and the guard has measured speculation losing there.
+    # Shadow drafts must update the gate, or it keeps pricing the drafter as a winner and asking
+    # for probe bursts that lose (measured on SmolLM2: a burst every 5 steps through whole requests)
+    policy = AdaptivePolicy(["ngram"])
+    _gated_request(policy, 60, lambda n: n)
+    policy.guard.allowed = False
+    verified = _gated_request(policy, 95, lambda n: 0)
+    assert len(verified) <= 8, verified  # a few scheduled probes (8, 16, 32 ... plain steps apart)
+    assert sum(verified) <= 24, verified  # each burst verifies one probe_min_k draft, then the gate's
+
+
+def test_a_shadow_request_for_a_probe_waits_at_least_backoff_initial_plain_steps():
+    policy = AdaptivePolicy(["ngram"])
+    guard = policy.guard
+    guard.allowed, guard.backoff, guard.plain_streak = False, 64, 0  # a burst just lost
+    for _ in range(guard.config.backoff_initial - 1):
+        policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, 0.036))
+        guard.request_probe()
+        assert not guard.wants_spec_probe()
+    policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, 0.036))
+    assert guard.wants_spec_probe()  # after backoff_initial plain steps, not the backoff's 64
+    policy.observe(StepOutcome("ngram", 4, 4, 0, 1, 0.0003, 0.058, match_order=2))
+    assert guard.probing and not guard.probe_requested
+
+
+def test_a_slow_spell_is_not_mistaken_for_speculation_losing():
+    # plain steps measured at 36 ms; then the machine runs 20% slower through a request whose
+    # lookups mostly find nothing (a plain forward plus a 0.3 ms lookup) and one step in ten a
+    # 2-token draft half accepted: against plain steps of this spell speculation wins by ~6%,
+    # against the ones before it every no-match step would look 17% slower than plain
+    policy = AdaptivePolicy(["ngram"])
+    for _ in range(30):
+        policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, 0.036))
+    for _ in range(8):  # a request that speculated with success
+        policy.observe(StepOutcome("ngram", 2, 2, 2, 3, 0.0003, 0.042, match_order=2))
+    assert policy.guard.allowed and not policy.guard.probing
+    policy.start_request()
+    for i in range(80):
+        if i % 10 == 9:
+            policy.observe(StepOutcome("ngram", 2, 2, 1, 2, 0.0003, 0.042 * 1.2, match_order=2))
+        else:
+            policy.observe(StepOutcome("ngram", 16, 0, 0, 1, 0.0003, 0.036 * 1.2))
+    assert policy.guard.allowed and policy.guard.relative_speed > 1.0

@@ -44,3 +44,28 @@ def test_replay_drives_the_adaptive_policy_with_its_gate_over_the_same_outputs()
     assert rows[0]["new_tokens"] == 18
     assert rows[0]["steps"] < 17  # the copy run is drafted, not decoded token by token
     assert policy._warm_started and policy.draft_gate("ngram").profiles  # warm costs, gate learned
+
+
+def test_cost_draws_slow_each_request_alike_under_every_config():
+    samples, slowdowns = [[0.030, 0.032], [0.040]], [0.9, 1.0, 1.3]
+    one, other = replay_tool.CostDraws(samples, slowdowns, seed=3), replay_tool.CostDraws(samples, slowdowns, seed=3)
+    seen = set()
+    for steps in range(6):
+        one.new_request()
+        other.new_request()
+        for _ in range(steps):  # the configs take different numbers of steps per request
+            one(0)
+        assert one.factor == other.factor
+        assert one(1) == pytest.approx(0.040 * one.factor)
+        assert one(0) / one.factor in (pytest.approx(0.030), pytest.approx(0.032))
+        seen.add(one.factor)
+    assert seen <= set(slowdowns) and len(seen) > 1
+
+
+def test_request_slowdowns_compare_each_request_s_plain_steps_with_the_run_s():
+    def prompt(plain_s):
+        return {"step_records": [["none", 0, 0, 0, 1, 0.0, plain_s]] * 8 + [["ngram", 4, 4, 4, 5, 0.0003, 0.2]]}
+    result = {"step_record_fields": ["drafter", "k", "proposed", "accepted", "emitted", "draft_s", "verify_s"],
+              "configs": {"plain": {"prompts": [prompt(0.030), prompt(0.036)]},
+                          "static:ngram:4": {"prompts": [prompt(0.036), {"step_records": []}]}}}
+    assert replay_tool.request_slowdowns(result) == pytest.approx([30 / 36, 1.0, 1.0])
