@@ -162,9 +162,15 @@ class CostModel:
         measured plain step. Afterwards, the measured mean at each ``k`` verified often enough, and
         for the others: linear interpolation between measured neighbours (``plain_s`` at ``k = 0``
         included), and optimism beyond them: a longer draft than any measured is priced like the
-        longest measured, so the controller tries it and learns its real price. (On a 2-core CPU the curve is far from a line: 2-3 tokens cost
-        ~1.15-1.2x one token, 5 tokens ~1.6x, 9 tokens ~1.9x, calibrated at a 64-token context.) A longer draft never costs less to verify
-        than a shorter one, so predictions are made non-decreasing in ``k``.
+        longest measured, so the controller tries it and learns its real price.
+
+        The curve is far from a line, and not even monotone: on one 2-core CPU 2-3 tokens cost
+        ~1.15-1.2x one token, 5 tokens ~1.6x, 9 tokens ~1.9x; on another (AMD EPYC, 2 vCPUs,
+        SmolLM2 at a 100-token context, 2026-12-02) one token took 68 ms, 2 tokens 105, 3 tokens
+        125, 5 tokens 88, 9 tokens 104 and 17 tokens 114, as matrix kernels change with the shape.
+        So a measured length keeps its measured mean even where it undercuts a shorter one: a
+        controller that forced the curve to rise would price 4 drafts at the cost of 2 there and
+        never use the cheaper length. Before any length is measured the prior line rises.
         """
         cached = self._verify_cache
         if cached is not None and cached[0] >= max_k:
@@ -193,9 +199,11 @@ class CostModel:
             for k in range(1, max_k + 1):
                 out.append(max(intercept + slope * k, out[-1]))
             return out
-        # this runs after every speculative step: plain loops and comparisons, no generators
+        # this runs after every speculative step: plain loops and comparisons, no generators.
+        # Measured means are taken as they are, even where a longer draft measured cheaper than
+        # a shorter one: the target's kernels differ by shape (see verify_s_by_k)
         verify_at = self.verify_at
-        k0, v0, last = 0, plain_s, plain_s
+        k0, v0 = 0, plain_s
         k = 1
         for k1 in measured_ks:
             if k1 > max_k:
@@ -203,14 +211,9 @@ class CostModel:
             v1 = verify_at[k1].value
             step = (v1 - v0) / (k1 - k0)
             while k < k1:  # between measured neighbours: linear interpolation
-                value = v0 + step * (k - k0)
-                if value > last:
-                    last = value
-                out.append(last)
+                out.append(v0 + step * (k - k0))
                 k += 1
-            if v1 > last:
-                last = v1
-            out.append(last)
+            out.append(v1)
             k += 1
             k0, v0 = k1, v1
         if k <= max_k:
@@ -219,13 +222,10 @@ class CostModel:
                 v1 = verify_at[k1].value
                 step = (v1 - v0) / (k1 - k0)
                 while k <= max_k:
-                    value = v0 + step * (k - k0)
-                    if value > last:
-                        last = value
-                    out.append(last)
+                    out.append(v0 + step * (k - k0))
                     k += 1
-            else:  # at or beyond the longest measured draft: priced like it
-                out.extend([last] * (max_k + 1 - k))
+            else:  # beyond the longest measured draft: priced like it
+                out.extend([v0] * (max_k + 1 - k))
         return out
 
     def draft_s_by_k(self, drafter: str, max_k: int) -> list[float]:

@@ -94,3 +94,20 @@ def test_cost_model_measures_plain_separately_and_interpolates_unseen_k_between_
     assert verify[16] == pytest.approx(0.063 + 0.012)  # beyond 6: priced like 6 until tried
     assert costs.draft_s_by_k("int8", 10)[10] == pytest.approx(0.2, rel=0.01)
     assert costs.draft_s_by_k("never-seen", 3) == [0.0] * 4  # optimistic until tried
+
+
+def test_a_length_measured_cheaper_than_a_shorter_one_keeps_its_measured_cost():
+    # measured on an AMD EPYC VM (SmolLM2, 2 threads): 3 tokens 125 ms, 5 tokens 88 ms
+    costs = CostModel(half_life_steps=1e9, verify_prior_intercept=1.5, verify_prior_slope=0.05,
+                      slope_prior_strength=1e-6)
+    costs.update("none", 0, 0, 0.0, 0.068)
+    for _ in range(5):
+        for proposed, seconds in ((1, 0.105), (2, 0.125), (4, 0.088), (8, 0.104)):
+            costs.update("ngram", 16, proposed, 0.0003, seconds)
+    verify = costs.verify_s_by_k(12)
+    assert verify[:3] == pytest.approx([0.068, 0.105, 0.125])
+    assert verify[4] == pytest.approx(0.088)  # not raised to the 2-draft cost
+    assert verify[3] == pytest.approx((0.125 + 0.088) / 2)
+    assert verify[6] == pytest.approx((0.088 + 0.104) / 2) and verify[12] == pytest.approx(0.104)
+    tokens = expected_tokens_by_k([0.3] * 12)  # a weak match: 4 drafts beat 1 or 2 at these costs
+    assert best_draft_len(tokens, verify, min_k=1)[0] == 4
