@@ -141,12 +141,14 @@ def bench(
     markdown: bool = typer.Option(False, help="Also print the table as Markdown (for the README)."),
     steps: bool = typer.Option(False, "--steps", help="Keep every step's record in the JSON (for timelines)."),
     telemetry: str = typer.Option("sqlite", help=TELEMETRY_HELP),
+    rounds: int = typer.Option(1, "--rounds", help="Run the interleaved sequence this many times; each (config, prompt) reports its median round."),
 ) -> None:
     """Run configs side by side on the same prompts (greedy) and compare with plain decoding."""
     from adaptive_spec.bench import load_prompts, markdown_table, parse_config, render_table, run_bench
     from adaptive_spec.models import load_model
 
     _check_positive_int("max_new_tokens", max_new_tokens)
+    _check_positive_int("rounds", rounds)
     _check_prompts_file(prompts)
     names = [c.strip() for c in configs.split(",") if c.strip()]
     for name in names:
@@ -158,7 +160,7 @@ def bench(
         target = load_model(model, device=torch_device, dtype=torch_dtype)
     with err.status("benchmarking ...") as status:
         result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: status.update(f"benchmarking {msg}"),
-                           record_steps=steps, observers=observers)
+                           record_steps=steps, observers=observers, rounds=rounds)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     Console(width=200).print(render_table(result))

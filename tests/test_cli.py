@@ -23,6 +23,7 @@ def test_every_command_is_mounted():
     (["bench", "--prompts", "nope.jsonl"], "prompts"),
     (["bench", "--prompts", "benchmarks/engine.jsonl", "--configs", "static:ngram:x"], "configs"),
     (["bench", "--prompts", "benchmarks/engine.jsonl", "--max-new-tokens", "0"], "max_new_tokens"),
+    (["bench", "--prompts", "benchmarks/engine.jsonl", "--rounds", "0"], "rounds"),
     (["calibrate", "--prompts", "nope.jsonl"], "prompts"),
     (["calibrate", "--repeats", "0"], "repeats"),
     (["validate-sim", "--requests", "0"], "requests"),
