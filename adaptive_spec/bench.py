@@ -128,7 +128,7 @@ def run_bench(
     """Run every config on every prompt, interleaved prompt by prompt, ``rounds`` times over.
 
     With ``rounds > 1`` each (config, prompt) is reported by its median round (its seconds, and
-    that round's steps): on a machine whose speed swings by 10-15% within seconds, one round cannot
+    that round's steps): on a machine whose speed swings by 10-25% within seconds, one round cannot
     resolve a few percent between configs. Controllers stay long-lived across rounds, as in a
     service that sees the same traffic again."""
     if not (isinstance(rounds, int) and rounds >= 1):

@@ -401,10 +401,7 @@ class ShadowDrafts:
             while matched < len(known) and known[matched] == tokens[matched]:
                 matched += 1
             if matched < len(known) or len(known) == len(tokens):
-                if order is None:
-                    self.observe(name, len(tokens), matched)
-                else:
-                    self.observe(name, len(tokens), matched, order, ambiguous)
+                self.observe(name, len(tokens), matched, order, ambiguous)
             else:
                 still.append(pending)
         self.pending = still

@@ -97,6 +97,8 @@ def request_slowdowns(result: dict) -> list[float]:
             plain = [s[verify_at] for s in prompt.get("step_records") or () if s[proposed_at] == 0]
             if len(plain) >= 8:
                 medians.append(statistics.median(plain))
+    if not medians:  # no request had 8 plain steps to judge by: no spells to draw
+        return [1.0]
     overall = statistics.median(medians)
     return [m / overall for m in medians]
 

@@ -69,3 +69,5 @@ def test_request_slowdowns_compare_each_request_s_plain_steps_with_the_run_s():
               "configs": {"plain": {"prompts": [prompt(0.030), prompt(0.036)]},
                           "static:ngram:4": {"prompts": [prompt(0.036), {"step_records": []}]}}}
     assert replay_tool.request_slowdowns(result) == pytest.approx([30 / 36, 1.0, 1.0])
+    result["configs"] = {"plain": {"prompts": [{"step_records": []}]}}  # nothing to judge spells by
+    assert replay_tool.request_slowdowns(result) == [1.0]
