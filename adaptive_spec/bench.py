@@ -28,9 +28,7 @@ from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.hf_peers import HF_PEERS, HFPeer
 from adaptive_spec.models import LoadedModel
 from policies.base import Policy
-from policies.registry import make_policy
-from policies.static import StaticPolicy
-from policies.with_early_stop import MODES, WithEarlyStop
+from policies.registry import make_policy, parse_option, parse_spec
 
 ADAPTIVE_DRAFTERS = ("ngram", "int8")  # what `adaptive` may choose from in the benchmark
 
@@ -67,52 +65,30 @@ def load_prompts(path: str | Path) -> list[Prompt]:
 
 
 def parse_config(name: str) -> BenchConfig:
-    if name == "plain":
-        return BenchConfig(name, (), lambda: StaticPolicy("none", 0))
+    """A bench config: one of the transformers peers (``HF_PEERS``) or a policy spec in the grammar
+    of ``policies.registry.parse_spec`` (``plain``, ``static:int8:8+early_stop=learned``,
+    ``heuristic:ngram``, ``adaptive+max_k=8``). ``adaptive`` chooses among ``ADAPTIVE_DRAFTERS``."""
     if name in HF_PEERS:
         return BenchConfig(name, ("int8",) if name == "hf-assisted-int8" else (), peer=name)
-    parts = name.split(":")
-    if parts[0] == "static" and len(parts) == 3:
-        # static:int8:8+early_stop=learned measures an early-stop rule under a fixed drafter and k
-        k_text, _, option = parts[2].partition("+")
-        if not k_text.isdigit():
-            raise InvalidParameterError("configs", name, "k in static:<drafter>:<k> must be an integer")
-        drafter, k = parts[1], int(k_text)
-        if option:
-            key, mode = _option(option, name)
-            if key != "early_stop" or mode not in MODES:
-                raise InvalidParameterError("configs", name, f"the only static option is early_stop={'|'.join(MODES)}")
-            return BenchConfig(name, (drafter,), lambda: WithEarlyStop(StaticPolicy(drafter, k), mode))
-        return BenchConfig(name, (drafter,), lambda: StaticPolicy(drafter, k))
-    if parts[0] == "heuristic" and len(parts) >= 2:
-        drafter = name.partition(":")[2]
-        make_policy("heuristic:" + drafter, [drafter])  # fail now on a bad spec
-        return BenchConfig(name, (drafter,), lambda: make_policy("heuristic:" + drafter, [drafter]))
-    if parts[0] == "adaptive":
-        # adaptive:early_stop=threshold+max_k=8 passes AdaptiveConfig fields
-        options = dict(_option(o, name) for o in name.partition(":")[2].split("+") if o)
-        try:
-            make_policy("adaptive", list(ADAPTIVE_DRAFTERS), **options)
-        except ValueError as exc:
-            raise InvalidParameterError("configs", name, str(exc)) from exc
-        return BenchConfig(name, ADAPTIVE_DRAFTERS, lambda: make_policy("adaptive", list(ADAPTIVE_DRAFTERS), **options))
-    raise InvalidParameterError(
-        "configs", name, "expected plain, static:<drafter>:<k>, heuristic:<drafter>, adaptive, or one of " + ", ".join(HF_PEERS)
-    )
+    try:
+        spec = parse_spec(name)
+    except ValueError as exc:
+        peers = ", ".join(HF_PEERS)
+        raise InvalidParameterError("configs", name, f"{exc}; or a transformers peer, one of {peers}") from exc
+    drafters = {"plain": (), "adaptive": ADAPTIVE_DRAFTERS}.get(spec.kind, (spec.drafter,))
+    try:
+        make_policy(name, list(drafters))  # fail now on a bad spec, not after loading the models
+    except ValueError as exc:
+        raise InvalidParameterError("configs", name, str(exc)) from exc
+    return BenchConfig(name, drafters, lambda: make_policy(name, list(drafters)))
 
 
 def _option(text: str, name: str) -> tuple[str, object]:
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise InvalidParameterError("configs", name, f"option {text!r} must be key=value")
-    if value.lower() in ("true", "false"):
-        return key, value.lower() == "true"
-    for cast in (int, float):
-        try:
-            return key, cast(value)
-        except ValueError:
-            pass
-    return key, value
+    """Kept for ``benchmarks/replay.py`` until it reads ``parse_spec(name).options``."""
+    try:
+        return parse_option(text, name)
+    except ValueError as exc:
+        raise InvalidParameterError("configs", name, str(exc)) from exc
 
 
 def run_bench(

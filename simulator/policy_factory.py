@@ -1,51 +1,21 @@
-"""Turning a policy spec (``static:ngram:4``, ``heuristic:ngram``, ``adaptive``) into policy objects.
+"""Turning a policy spec (``static:ngram:4``, ``heuristic:ngram``, ``adaptive+max_k=8``) into policy objects.
 
 The simulator drives the *same* controller classes the engine does (``policies/``), so it never
-defines policies itself. It asks ``make_policy(spec, drafters, seed, key=...)`` for one object per
-replica (or per replica and traffic key). That factory is looked up when needed - on the
-``policies`` package, else in ``policies.registry`` - not imported at module load, because
-``policies/`` grows independently: without it, only ``static:<drafter>:<k>`` specs are built here
-from ``StaticPolicy`` and any other spec is rejected with an error that says why. ``none`` and
-``plain`` always mean ``static:none:0`` (plain decoding).
+defines policies itself: it asks ``policies.registry.make_policy(spec, drafters, seed, key=...)``
+for one object per replica (or per replica and traffic key), with the one spec grammar of
+``policies.registry.parse_spec``. ``none`` is the simulator's alias of ``plain`` (plain decoding).
 
 A caller may also pass a callable ``seed -> Policy`` instead of a spec (tests do).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 
-import policies
-from policies import PLAIN, Policy, StaticPolicy, StepOutcome
+from policies import PLAIN, Policy, StepOutcome
+from policies.registry import make_policy
 
 PolicyBuilder = Callable[[int], Policy]
-
-
-def parse_static_spec(spec: str) -> StaticPolicy | None:
-    """``none`` / ``plain`` / ``static:none`` / ``static:<drafter>:<k>`` -> StaticPolicy; else None."""
-    parts = spec.strip().split(":")
-    if parts[0] in ("none", "plain") and len(parts) == 1:
-        return StaticPolicy(PLAIN, 0)
-    if parts[0] != "static":
-        return None
-    if len(parts) == 2 and parts[1] == PLAIN:
-        return StaticPolicy(PLAIN, 0)
-    drafter, _, k = spec.strip()[len("static:"):].rpartition(":")
-    if not drafter or not k.isdigit():
-        raise ValueError(f"policy={spec!r}: a static spec is 'static:<drafter>:<k>' with integer k >= 0")
-    return StaticPolicy(drafter, int(k))
-
-
-def find_make_policy() -> Callable | None:
-    """``make_policy(spec, drafters, seed, key=...)`` from ``policies``, if this checkout has one."""
-    make = getattr(policies, "make_policy", None)
-    if make is None:
-        try:
-            make = getattr(importlib.import_module("policies.registry"), "make_policy", None)
-        except ImportError:
-            make = None
-    return make
 
 
 def policy_builder(spec: str | PolicyBuilder, drafters: list[str], field: str = "policy") -> Callable[..., Policy]:
@@ -58,29 +28,14 @@ def policy_builder(spec: str | PolicyBuilder, drafters: list[str], field: str = 
         return lambda seed, key="": spec(seed)
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"{field} must be a policy spec such as 'static:ngram:4', got {spec!r}")
-    make = find_make_policy()
-    if spec.strip() in ("none", "plain"):
-        def build(seed: int, key: str = "") -> Policy:
-            return StaticPolicy(PLAIN, 0)
-    elif make is not None:
-        def build(seed: int, key: str = "") -> Policy:
-            return make(spec, list(drafters), seed, key=key)
-    else:
-        try:
-            static = parse_static_spec(spec)
-        except ValueError as err:
-            raise ValueError(f"{field}: {err}") from None
-        if static is None:
-            raise ValueError(
-                f"{field}={spec!r} is unknown: policies.make_policy does not exist in this checkout yet, so only "
-                "'none' and 'static:<drafter>:<k>' specs can be simulated"
-            )
+    text = "plain" if spec.strip() == "none" else spec.strip()
 
-        def build(seed: int, key: str = "") -> Policy:
-            return parse_static_spec(spec)
+    def build(seed: int, key: str = "") -> Policy:
+        return make_policy(text, list(drafters), seed, key=key)
+
     try:
         probe = build(0)
-    except (ValueError, KeyError, TypeError) as err:
+    except ValueError as err:
         raise ValueError(f"{field}={spec!r} was rejected by the policy factory: {err}") from None
     action = probe.decide()
     if not action.is_plain and action.drafter not in drafters:

@@ -8,7 +8,6 @@ import pytest
 import simpy
 
 from simulator import build_simulation, capacity, compare, grid, scenario_from_dict, simulate, sweep
-from simulator.policy_factory import find_make_policy
 from simulator_testkit import scenario_dict
 
 SHIFT_AT = 300  # scenario_dict: copy-heavy traffic until 300 s, then chat (ngram acceptance ~0.1, hit 0.3)
@@ -36,7 +35,6 @@ def test_timeseries_shows_acceptance_collapse_at_the_shift():
     assert all(s == 1.0 for s in ts["spec_fraction"] if s is not None)  # a static policy never switches off
 
 
-@pytest.mark.skipif(find_make_policy() is None, reason="policies.make_policy not in this checkout yet")
 def test_adaptive_policy_turns_speculation_off_after_acceptance_collapses():
     plain, adaptive = compare(scenario_from_dict(scenario_dict(workload__duration_s=900)), ["none", "adaptive"])
     ts = adaptive.timeseries
