@@ -2,13 +2,11 @@
 
 An n-gram drafter proposes the tokens that followed an earlier occurrence of the context's last
 ``n`` tokens, and *which* ``n`` matched says most of what there is to know about the draft.
-Measured on SmolLM2 (the greedy outputs of benchmarks/shift.jsonl, drafts of 16, replayed offline):
-on copy-heavy prompts the first drafted token was accepted after an unambiguous 2-token match 85%
-of the time, after a 3-token match 94%, after an unambiguous 1-token match found in the prompt 57%,
-after an ambiguous 1-token match 0-7%; on open-ended prompts 23-24% after an unambiguous 1-token
-match and 7% after an ambiguous one. One acceptance profile per drafter mixes them, so one ``k``
-is too long for the weak matches and too short for the strong ones (a copy run continues for
-dozens of tokens).
+On copy-heavy prompts the first drafted token is accepted most of the time after a 2- or 3-token
+match and far less often after a 1-token match; after an *ambiguous* match (earlier occurrences of
+the n-gram continued differently) it is rarely accepted, and on open-ended prompts every kind of
+match is weak. One acceptance profile per drafter mixes them, so one ``k`` is too long for the weak
+matches and too short for the strong ones (a copy run continues for dozens of tokens).
 
 ``MatchGate`` keeps an ``AcceptanceProfile`` per kind of match (order, ambiguous) and, after each lookup, keeps the
 prefix length ``k in 0..available`` that maximises expected tokens per second under the policy's
@@ -26,11 +24,9 @@ Requests differ within a kind of match: a prompt copied verbatim continues a 3-t
 dozens of tokens, a paraphrased one for two or three. Each kind learns per request only as fast as
 that kind recurs, so the gate also keeps one request-level *lift*: the acceptances this request's
 drafts have had at every position they reached, over what the per-kind estimates expected there,
-shrunk toward 1 by ``lift_weight`` pseudo-trials. ``keep`` scales the kind's rates by it. Replayed
-offline on the greedy outputs of the shift stream with in-service verify costs
-(benchmarks/replay.py), the lift turns +9.8% into +12.0% over the best static config (copy phases
-63.1 -> 67.8 tokens/s): it shortens the long drafts of a paraphrasing request after a few misses,
-and lengthens them early in a verbatim one.
+shrunk toward 1 by ``lift_weight`` pseudo-trials. ``keep`` scales the kind's rates by it: the lift
+shortens the long drafts of a paraphrasing request after a few misses, and lengthens them early in
+a verbatim one.
 """
 
 from __future__ import annotations

@@ -1,0 +1,443 @@
+"""Write benchmarks/RESULTS.md, and the README's results summary, from the JSON files of benchmarks/results/.
+
+Every figure in RESULTS.md is computed here from the file it names, so a figure cannot drift from
+its file: after a benchmark rewrites a JSON file, commit it, then run this script and commit what it
+writes (the date of a result is its file's last commit date, since the files do not record one).
+
+    python benchmarks/make_results.py           # rewrite benchmarks/RESULTS.md and the README block
+    python benchmarks/make_results.py --check   # exit 1 if either differs from what would be written
+
+Definitions used in the tables:
+
+- tokens/s: new tokens over wall seconds, prefill included, summed over the prompts of a column;
+- best fixed config: the fastest of ``plain`` and the ``static:<drafter>:<k>`` configs in that column
+  (the configuration a user would have to find by hand);
+- best transformers config: the fastest of the ``hf-*`` configs (transformers' own ``generate``).
+
+Standard library only; ``render(results_dir)`` is what the tests call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+RESULTS_MD = BENCH_DIR / "RESULTS.md"
+README = BENCH_DIR.parent / "README.md"
+README_BEGIN = "<!-- results: written by benchmarks/make_results.py from benchmarks/results/*.json -->"
+README_END = "<!-- /results -->"
+UNKNOWN_DATE = "unknown date"
+
+# which prompts file each `bench` result was run on (the JSON records the prompt ids, not the file)
+PROMPTS = {"shift.json": "benchmarks/shift.jsonl", "workloads.json": "benchmarks/workloads.jsonl",
+           "workloads_rounds3.json": "benchmarks/workloads.jsonl", "engine.json": "benchmarks/engine.jsonl"}
+# files in benchmarks/results/ that are not reported, and why
+NOT_REPORTED = {
+    "shift_disturbed.json": "a run of the shift stream disturbed by other load, with an older controller, on "
+                            "another machine (see its `machine.platform`); `shift.json` is the run reported",
+    "replay_shift.json": "a replay of an earlier `shift.json`, not of the run now in that file; "
+                         "rerun `adaptive-spec replay benchmarks/results/shift.json benchmarks/shift.jsonl "
+                         "--draws 20` to report it",
+}
+
+
+def load(results_dir: Path, name: str) -> dict:
+    return json.loads((Path(results_dir) / name).read_text())
+
+
+def git_date(path: Path) -> str:
+    """The file's last commit date (YYYY-MM-DD), or UNKNOWN_DATE outside git or before its first commit."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%cs", "--", path.name], cwd=path.parent,
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return UNKNOWN_DATE
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else UNKNOWN_DATE
+
+
+def dates_in(markdown: str) -> dict[str, str]:
+    """The date written beside each file in a rendered RESULTS.md (lets a test re-render without git)."""
+    return dict(re.findall(r"\[`([^`]+\.json)`\]\(results/[^)]+\) \(([^)]+)\)", markdown))
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def ratio(value: float, base: float) -> str:
+    return f"{value / base:.2f}×"
+
+
+def machine_line(data: dict) -> str:
+    """What the file records of its machine; 'not recorded' for what it does not."""
+    machine = data.get("machine")
+    if isinstance(machine, dict):
+        return (f"{machine['cpus']} cores ({machine['torch_threads']} torch threads), torch {machine['torch']}, "
+                f"transformers {machine['transformers']}, {machine['platform']}")
+    if "python" in data:
+        return f"not recorded (Python {data['python']})"
+    return "not recorded"
+
+
+def provenance(results_dir: Path, names: list[str], dates: dict[str, str] | None, command: str,
+               machine: str) -> str:
+    """The lines under every table: the files with their dates, the machine, the command."""
+    files = ", ".join(f"[`{n}`](results/{n}) ({file_date(results_dir, n, dates)})" for n in names)
+    return f"- Data: {files}\n- Machine: {machine}\n- Reproduce:\n\n```bash\n{command}\n```"
+
+
+def file_date(results_dir: Path, name: str, dates: dict[str, str] | None) -> str:
+    if dates is not None:
+        return dates.get(name, UNKNOWN_DATE)
+    return git_date(Path(results_dir) / name)
+
+
+# --- `adaptive-spec bench` results -------------------------------------------------------------
+
+def kinds_of(data: dict) -> list[str]:
+    return list(data["configs"]["plain"]["by_kind"])
+
+
+def column(data: dict, config: str, kind: str | None) -> float:
+    """tokens/s of a config over all prompts (kind None) or over the prompts of one kind."""
+    entry = data["configs"][config]
+    return entry["tokens_per_s"] if kind is None else entry["by_kind"][kind]["tokens_per_s"]
+
+
+def bench_table(data: dict) -> str:
+    """One row per config: tokens/s (× plain) per column, acceptance, outputs equal to plain."""
+    kinds = kinds_of(data)
+    plain = data["configs"]["plain"]
+    counts = {k: plain["by_kind"][k]["prompts"] for k in kinds}
+    header = ["config", f"all ({len(plain['prompts'])})"] + [f"{k} ({counts[k]})" for k in kinds]
+    rows = []
+    for name, entry in data["configs"].items():
+        cells = [f"`{name}`"]
+        for kind in [None] + kinds:
+            speed = column(data, name, kind)
+            cells.append(f"{speed:.1f} ({ratio(speed, column(data, 'plain', kind))})")
+        acceptance = entry.get("acceptance_rate")
+        cells.append("-" if acceptance is None else f"{acceptance:.2f}")
+        equal = sum(1 for p in entry["prompts"] if p.get("equals_plain"))
+        cells.append(f"{equal}/{len(entry['prompts'])}")
+        rows.append(cells)
+    return table(header + ["acceptance", "equal to plain"], rows)
+
+
+def best(data: dict, kind: str | None, fixed: bool) -> tuple[str, float]:
+    """The fastest fixed config (plain or static:*) or the fastest transformers config (hf-*)."""
+    if fixed:
+        names = [n for n in data["configs"] if n == "plain" or n.startswith("static:")]
+    else:
+        names = [n for n in data["configs"] if n.startswith("hf-")]
+    name = max(names, key=lambda n: column(data, n, kind))
+    return name, column(data, name, kind)
+
+
+def adaptive_rows(data: dict) -> list[dict]:
+    """Per column: adaptive's tokens/s and its ratios to plain, the best fixed and the best transformers config."""
+    rows = []
+    for kind in [None] + kinds_of(data):
+        speed = column(data, "adaptive", kind)
+        fixed_name, fixed = best(data, kind, fixed=True)
+        peer_name, peer = best(data, kind, fixed=False)
+        rows.append({"kind": kind or "all", "adaptive": speed, "vs_plain": speed / column(data, "plain", kind),
+                     "fixed_name": fixed_name, "fixed": fixed, "vs_fixed": speed / fixed,
+                     "peer_name": peer_name, "peer": peer, "vs_peer": speed / peer})
+    return rows
+
+
+def adaptive_table(data: dict) -> str:
+    rows = [[r["kind"], f"{r['adaptive']:.1f}", f"{r['vs_plain']:.2f}×", f"`{r['fixed_name']}` {r['fixed']:.1f}",
+             f"**{r['vs_fixed']:.2f}×**", f"`{r['peer_name']}` {r['peer']:.1f}", f"{r['vs_peer']:.2f}×"]
+            for r in adaptive_rows(data)]
+    return table(["prompts", "`adaptive` tok/s", "× plain", "best fixed config", "× it",
+                  "best transformers config", "× it"], rows)
+
+
+def bench_command(data: dict, name: str) -> str:
+    parts = [f".venv/bin/adaptive-spec bench --prompts {PROMPTS[name]} --max-new-tokens {data['max_new_tokens']}"]
+    if any("step_records" in p for p in data["configs"]["plain"]["prompts"]):
+        parts.append("--steps")
+    if data.get("rounds", 1) > 1:
+        parts.append(f"--rounds {data['rounds']}")
+    parts.append(f"--out benchmarks/results/{name} \\\n  --configs {','.join(data['configs'])}")
+    return " ".join(parts)
+
+
+def bench_section(results_dir: Path, name: str, title: str, what: str, dates: dict | None) -> str:
+    data = load(results_dir, name)
+    prompts = f"[`{PROMPTS[name]}`]({Path(PROMPTS[name]).name})"
+    parts = [f"## {title}", what.format(tokens=data["max_new_tokens"], prompts=prompts, rounds=data.get("rounds", 1)),
+             "Tokens/s (× plain):", bench_table(data)]
+    if "adaptive" in data["configs"]:
+        parts += ["`adaptive` against the others:", adaptive_table(data)]
+    command = bench_command(data, name) + ("\nmake bench   # the same run" if name == "engine.json" else "")
+    parts.append(provenance(results_dir, [name], dates, command, machine_line(data)))
+    return "\n\n".join(parts)
+
+
+# --- derived analyses: timeline and replay ------------------------------------------------------
+
+def timeline_section(results_dir: Path, dates: dict | None) -> str:
+    data = load(results_dir, "shift_timeline.json")
+    policy, window, within = data["policy"], data["window"], data["within"]
+    rows = []
+    for number, phase in enumerate(data["phases"], start=1):
+        first, end = phase["prompts"]
+        rows.append([f"{number}: {phase['kind']}", f"{end - first}", str(phase["steps"]), f"`{phase['oracle']}`",
+                     f"{phase['oracle_tokens_per_s']:.1f}", f"{phase['decode_tokens_per_s'][policy]:.1f}",
+                     f"{phase['adaptive_vs_oracle']:.2f}×", str(phase["steps_to_within"])])
+    header = ["phase", "prompts", f"`{policy}` steps", "best fixed config", "its decode tok/s",
+              f"`{policy}` decode tok/s", "× it", f"steps to {within:.0%} of it"]
+    what = (f"The same run, phase by phase: decode speed from the step records (prefill excluded), the "
+            f"phase's best fixed config, and the first step after each shift at which `{policy}`'s rolling "
+            f"speed over {window} steps reaches {within:.0%} of that config's "
+            f"([timeline](results/shift_timeline.png)).")
+    command = (".venv/bin/python benchmarks/shift_timeline.py benchmarks/results/shift.json "
+               f"--policy {policy} --window {window} --within {within} \\\n"
+               "  --png benchmarks/results/shift_timeline.png --out benchmarks/results/shift_timeline.json")
+    machine = "that of `shift.json` (this analyses its step records)"
+    return "\n\n".join(["### After each shift", what, table(header, rows),
+                        provenance(results_dir, ["shift_timeline.json"], dates, command, machine)])
+
+
+def replay_section(results_dir: Path, name: str, dates: dict | None) -> str:
+    data = load(results_dir, name)
+    source = Path(data["source"]).name
+    kinds = [k for k in next(iter(data["draws"].values())) if k != "all"]
+    rows = []
+    for config, draws in data["draws"].items():
+        cells = [f"`{config}`", f"{data['configs'][config]['tokens_per_s']:.1f}"]
+        cells += [f"{draws[k]['vs_best_static_median']:.2f} / {draws[k]['vs_best_static_worst']:.2f}"
+                  for k in ["all"] + kinds]
+        rows.append(cells)
+    what = (f"The greedy outputs of [`{source}`](results/{source}) replayed offline through the same policy "
+            "objects (n-gram drafter only), each step charged the in-service cost of its verify length. "
+            "Then replayed again with noise: each step's cost drawn from the run's in-service costs of its "
+            "length, each request slowed or sped up as a whole as that run's requests varied. Columns: "
+            "tokens/s of the noiseless replay, then the ratio to the best static n-gram config of the same "
+            "draw, median / worst over the draws (the file does not record how many).")
+    command = (f".venv/bin/adaptive-spec replay benchmarks/results/{source} {PROMPTS[source]} --draws 20 "
+               f"--out benchmarks/results/{name}")
+    machine = f"not recorded (no model runs: the step costs replayed are those measured in `{source}`)"
+    return "\n\n".join([f"## Offline replay of `{source}`", what,
+                        table(["config", "replayed tok/s"] + [f"{k}: median / worst" for k in ["all"] + kinds], rows),
+                        provenance(results_dir, [name], dates, command, machine)])
+
+
+# --- simulator, controller and telemetry --------------------------------------------------------
+
+def validation_section(results_dir: Path, names: list[str], dates: dict | None) -> str:
+    runs = [load(results_dir, n) for n in names]
+    header = ["metric"]
+    for run in runs:
+        header += [f"`{run['policy']}` measured", "predicted", "error"]
+    rows = []
+    for i, row in enumerate(runs[0]["comparison"]):
+        cells = [row["metric"]]
+        for run in runs:
+            other = run["comparison"][i]
+            cells += [f"{other['measured']:.3f}", f"{other['predicted']:.3f}", f"{other['error']:+.1%}"]
+        rows.append(cells)
+    first = runs[0]
+    budget = max(s["max_new_tokens"] for s in first["served"])
+    what = (f"One seeded open-loop trace ({first['requests']} requests, Poisson {first['rate']}/s, the prompts "
+            f"of `benchmarks/workloads.jsonl`, up to {budget} tokens each) served by the real engine in wall-clock "
+            f"time, then the served trace replayed in the simulator on the profile "
+            f"[`{first['profile']}`](../{first['profile']}); measured against predicted.")
+    command = "\n".join(
+        f".venv/bin/adaptive-spec validate-sim --policy {r['policy']} --rate {r['rate']} --requests {r['requests']} "
+        f"--seed {r['seed']} --output-tokens {budget} \\\n  --profile {r['profile']} --out benchmarks/results/{n}"
+        for r, n in zip(runs, names))
+    return "\n\n".join(["## Simulator against the real engine", what, table(header, rows),
+                        provenance(results_dir, names, dates, command, "not recorded")])
+
+
+def simulator_speed_section(results_dir: Path, dates: dict | None) -> str:
+    data = load(results_dir, "simulator_speed.json")
+    rows = [[c["case"], f"{c['requests']:,}", str(c["replicas"]), f"{c['decode_steps']:,}", f"{c['wall_s']:.1f}",
+             f"{c['us_per_step']:.1f}", f"{c['tokens_per_step']:.2f}"] for c in data["cases"]]
+    requests = data["cases"][0]["requests"]
+    what = ("Wall time of one process simulating the same traffic under each policy and replica kind "
+            "(generation of the traffic, the simulation and its summary).")
+    command = (f".venv/bin/python benchmarks/simulator_speed.py --requests {requests} "
+               "--json benchmarks/results/simulator_speed.json")
+    header = ["case", "requests", "replicas", "simulated steps", "wall s", "µs per step", "tokens per step"]
+    return "\n\n".join(["## Simulator speed", what, table(header, rows),
+                        provenance(results_dir, ["simulator_speed.json"], dates, command, machine_line(data))])
+
+
+def policy_overhead_section(results_dir: Path, dates: dict | None) -> str:
+    data = load(results_dir, "policy_overhead.json")
+    rows = [[r["case"], f"{r['median_us']:.1f}", f"{r['p90_us']:.1f}", f"{r['p99_us']:.1f}"] for r in data["results"]]
+    what = (f"Wall time of the controller's `decide()` + `observe()` per step over {data['steps']} synthetic steps "
+            f"(no model), and of the early-stop rules per drafted token; target: a median under "
+            f"{data['target_median_us']:g} µs.")
+    command = (f".venv/bin/python benchmarks/policy_overhead.py --steps {data['steps']} --seed {data['seed']} "
+               "--out benchmarks/results/policy_overhead.json")
+    return "\n\n".join(["## Controller overhead", what, table(["case", "median µs", "p90 µs", "p99 µs"], rows),
+                        provenance(results_dir, ["policy_overhead.json"], dates, command, machine_line(data))])
+
+
+def telemetry_section(results_dir: Path, dates: dict | None) -> str:
+    real = load(results_dir, "telemetry_overhead_real.json")
+    hooks = load(results_dir, "telemetry_overhead.json")
+    real_table = table(["tok/s, telemetry off", "tok/s, SQLite store on", "overhead", "observer errors"],
+                       [[f"{real['tokens_per_s']['off']:.2f}", f"{real['tokens_per_s']['on']:.2f}",
+                         f"{real['overhead']:.2%}", str(real["observer_errors"])]])
+    hook_rows = [[name, f"{v['us_per_step']:.1f}", f"{v['us_per_request']:.1f}",
+                  f"{v['dropped']:,}" if "dropped" in v else "-"] for name, v in hooks.items()]
+    hook_table = table(["observer", "µs per step", "µs per request", "rows dropped (bounded queue)"], hook_rows)
+    command_real = (f".venv/bin/python benchmarks/telemetry_overhead_real.py --rounds {real['rounds']} "
+                    "--out benchmarks/results/telemetry_overhead_real.json")
+    command_hooks = ".venv/bin/python benchmarks/telemetry_overhead.py --out benchmarks/results/telemetry_overhead.json"
+    return "\n\n".join([
+        "## Telemetry overhead",
+        (f"On the real engine: the greedy generations of `benchmarks/engine.jsonl` with and without the SQLite "
+         f"store, interleaved in one process, {real['rounds']} rounds."), real_table,
+        provenance(results_dir, ["telemetry_overhead_real.json"], dates, command_real, machine_line(real)),
+        "The observers' hooks alone, timed without a model:", hook_table,
+        provenance(results_dir, ["telemetry_overhead.json"], dates, command_hooks, machine_line(hooks))])
+
+
+def not_reported_section(results_dir: Path) -> str:
+    present = [n for n in NOT_REPORTED if (Path(results_dir) / n).exists()]
+    if not present:
+        return ""
+    lines = [f"- [`{n}`](results/{n}): {NOT_REPORTED[n]}." for n in present]
+    return "## Files not reported\n\n" + "\n".join(lines)
+
+
+# --- the whole page, and the README's summary ----------------------------------------------------
+
+HEADER = """# Benchmark results
+
+Written by [`make_results.py`](make_results.py) from the JSON files in [`results/`](results/); do not
+edit by hand (`python benchmarks/make_results.py --check` fails when this page and the files disagree).
+Model: SmolLM2-135M-Instruct (the embedded default), greedy decoding, CPU. Tokens/s are new tokens over
+wall seconds, prefill included. *Best fixed config*: the fastest of `plain` and the `static:<drafter>:<k>`
+configs on the same prompts, the configuration one would otherwise have to find by hand. *Best
+transformers config*: the fastest of transformers' own `generate` (`hf-plain`, `hf-prompt-lookup`:
+prompt lookup decoding, `hf-assisted-int8`: assisted generation with the int8 self-draft). *Equal to
+plain*: outputs token for token identical to plain decoding's. Each date is the file's last commit date.
+Speed on these shared machines varies from second to second: a single run's ratios carry that noise,
+a median of rounds less of it."""
+
+SHIFT = ("A stream whose traffic shifts, served by one long-lived controller per config: {prompts} runs "
+         "copy-heavy prompts (repeat or copy a given text), then open-ended ones (stories, explanations), then "
+         "copy-heavy again; {tokens} new tokens each, every config run prompt by prompt, interleaved, in one process.")
+WORKLOADS = ("Three kinds of prompt from {prompts}: copy-heavy, open-ended, and *collapse* prompts (bait text "
+             "that prompt lookup matches but the answer does not copy); {tokens} new tokens, one long-lived "
+             "controller per config, every config run prompt by prompt, interleaved, in one process.")
+ROUNDS = ("The same workloads ({prompts}, {tokens} new tokens), the interleaved sequence run {rounds} times; each "
+          "(config, prompt) is reported by its median round.")
+ENGINE = ("The engine's fixed configs against transformers' `generate` on {prompts} (copy-heavy and open-ended "
+          "prompts), {tokens} new tokens.")
+
+
+def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None) -> str:
+    """RESULTS.md for the files in ``results_dir``; ``dates`` (file name -> date) replaces git's."""
+    results_dir = Path(results_dir)
+    sections = [
+        HEADER,
+        bench_section(results_dir, "shift.json", "Shifting traffic", SHIFT, dates),
+        timeline_section(results_dir, dates),
+        bench_section(results_dir, "workloads.json", "Per workload", WORKLOADS, dates),
+        bench_section(results_dir, "workloads_rounds3.json", "Per workload, median of rounds", ROUNDS, dates),
+        replay_section(results_dir, "replay_workloads.json", dates),
+        bench_section(results_dir, "engine.json", "Engine against transformers", ENGINE, dates),
+        policy_overhead_section(results_dir, dates),
+        telemetry_section(results_dir, dates),
+        validation_section(results_dir, ["sim_validation.json", "sim_validation_adaptive.json"], dates),
+        simulator_speed_section(results_dir, dates),
+        not_reported_section(results_dir),
+    ]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def lossless_count(results_dir: Path) -> tuple[int, int]:
+    """(outputs equal to plain, outputs) over every config and prompt of the `bench` results."""
+    equal = total = 0
+    for name in PROMPTS:
+        for entry in load(results_dir, name)["configs"].values():
+            equal += sum(1 for p in entry["prompts"] if p.get("equals_plain"))
+            total += len(entry["prompts"])
+    return equal, total
+
+
+def headline(results_dir: Path = RESULTS_DIR) -> str:
+    """The README's summary table: a few figures, each from the file it links."""
+    results_dir = Path(results_dir)
+    link = "[`{0}`](benchmarks/results/{0})".format
+    shift = {r["kind"]: r for r in adaptive_rows(load(results_dir, "shift.json"))}
+    rounds = adaptive_rows(load(results_dir, "workloads_rounds3.json"))
+    per_kind = ", ".join(f"{r['kind']} {r['vs_fixed']:.2f}×" for r in rounds if r["kind"] != "all")
+    equal, total = lossless_count(results_dir)
+    gate = next(r for r in load(results_dir, "policy_overhead.json")["results"]
+                if r["case"] == "adaptive + match gate [3 drafters]")
+    real = load(results_dir, "telemetry_overhead_real.json")
+    errors = {}
+    for name in ("sim_validation_adaptive.json", "sim_validation.json"):
+        run = load(results_dir, name)
+        worst = max(run["comparison"], key=lambda row: abs(row["error"]))
+        errors[run["policy"]] = ({**worst, "metric": worst["metric"].split(" (")[0]}, name)
+    (adaptive_worst, adaptive_file), (fixed_worst, fixed_file) = errors["adaptive"], errors["static:ngram:8"]
+    rows = [
+        ["shifting stream: `adaptive` vs the best fixed config",
+         f"**{shift['all']['vs_fixed']:.2f}×** (`{shift['all']['fixed_name']}`); copy phases "
+         f"{shift['copy']['vs_fixed']:.2f}×, open phase {shift['open']['vs_fixed']:.2f}×", link("shift.json")],
+        ["shifting stream: `adaptive` vs the best transformers config",
+         f"**{shift['all']['vs_peer']:.2f}×** (`{shift['all']['peer_name']}`)", link("shift.json")],
+        ["per workload, median of rounds: `adaptive` vs the best fixed config of each", per_kind,
+         link("workloads_rounds3.json")],
+        ["greedy outputs identical to plain decoding (every config, prompt and run)", f"{equal}/{total}",
+         f"the {len(PROMPTS)} `bench` runs in [`RESULTS.md`](benchmarks/RESULTS.md)"],
+        ["controller cost per step (`adaptive` + match gate, 3 drafters, median)", f"{gate['median_us']:.1f} µs",
+         link("policy_overhead.json")],
+        ["telemetry (SQLite store) on the real engine", f"{real['overhead']:.2%} slower",
+         link("telemetry_overhead_real.json")],
+        ["simulator vs real engine, largest error",
+         f"`adaptive` {adaptive_worst['error']:+.1%} ({adaptive_worst['metric']}); `static:ngram:8` "
+         f"{fixed_worst['error']:+.1%} ({fixed_worst['metric']})", f"{link(adaptive_file)}, {link(fixed_file)}"],
+    ]
+    return table(["measured", "result", "data"], rows)
+
+
+def with_readme_block(readme: str, block: str) -> str:
+    """``readme`` with the text between its results markers replaced by ``block``."""
+    start, end = readme.find(README_BEGIN), readme.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md lacks the markers {README_BEGIN!r} ... {README_END!r}")
+    return readme[:start] + README_BEGIN + "\n" + block + "\n" + readme[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if RESULTS.md or the README block is out of date")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    wanted = {RESULTS_MD: render(args.results_dir),
+              README: with_readme_block(README.read_text(), headline(args.results_dir))}
+    stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
+    if args.check:
+        for path in stale:
+            print(f"{path.relative_to(BENCH_DIR.parent)} is out of date: run python benchmarks/make_results.py",
+                  file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(wanted[path])
+        print(f"wrote {path.relative_to(BENCH_DIR.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

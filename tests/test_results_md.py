@@ -1,0 +1,89 @@
+"""benchmarks/RESULTS.md and the README's results block are what make_results.py computes from the JSON files.
+
+The dates written in RESULTS.md are the files' last commit dates; these tests read them back from the
+page instead of asking git, so they hold in a shallow clone too (``make_results.py --check`` checks the
+dates as well).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_make_results():
+    spec = importlib.util.spec_from_file_location("make_results", REPO / "benchmarks" / "make_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+make_results = _load_make_results()
+COMMITTED = (REPO / "benchmarks" / "RESULTS.md").read_text()
+
+
+def test_results_md_is_rendered_from_the_json_files():
+    dates = make_results.dates_in(COMMITTED)
+    assert dates, "RESULTS.md names no result file with a date"
+    assert make_results.render(make_results.RESULTS_DIR, dates) == COMMITTED
+
+
+def test_readme_results_block_is_rendered_from_the_json_files():
+    readme = (REPO / "README.md").read_text()
+    assert make_results.with_readme_block(readme, make_results.headline()) == readme
+
+
+def test_every_reported_file_exists_and_every_file_is_reported_or_explained():
+    reported = set(make_results.dates_in(COMMITTED))
+    on_disk = {p.name for p in make_results.RESULTS_DIR.glob("*.json")}
+    assert reported <= on_disk
+    assert on_disk - reported <= set(make_results.NOT_REPORTED)
+
+
+@pytest.fixture
+def results_copy(tmp_path):
+    """A copy of benchmarks/results/ outside git."""
+    target = tmp_path / "results"
+    shutil.copytree(make_results.RESULTS_DIR, target)
+    return target
+
+
+def test_a_changed_json_value_changes_the_rendered_figure(results_copy):
+    path = results_copy / "workloads.json"
+    data = json.loads(path.read_text())
+    data["configs"]["adaptive"]["tokens_per_s"] = 99.25
+    path.write_text(json.dumps(data))
+    dates = make_results.dates_in(COMMITTED)
+
+    rendered = make_results.render(results_copy, dates)
+
+    assert rendered != COMMITTED
+    plain = data["configs"]["plain"]["tokens_per_s"]
+    assert f"| `adaptive` | 99.2 ({99.25 / plain:.2f}×) |" in rendered
+    assert "99.2" not in COMMITTED
+
+
+def test_a_changed_headline_value_changes_the_readme_block(results_copy):
+    path = results_copy / "telemetry_overhead_real.json"
+    data = json.loads(path.read_text())
+    data["overhead"] = 0.0421
+    path.write_text(json.dumps(data))
+
+    assert "| 4.21% slower |" in make_results.headline(results_copy)
+
+
+def test_outside_git_the_date_is_unknown_not_invented(results_copy):
+    rendered = make_results.render(results_copy)
+
+    assert f"[`shift.json`](results/shift.json) ({make_results.UNKNOWN_DATE})" in rendered
+
+
+def test_a_file_that_records_no_machine_says_so():
+    assert make_results.machine_line({"tokens_per_s": {}}) == "not recorded"
+    assert make_results.machine_line({"python": "3.11.7"}) == "not recorded (Python 3.11.7)"
