@@ -1,4 +1,10 @@
-"""The ``adaptive-spec`` command line: generate, bench, demo."""
+"""The ``adaptive-spec`` command line: generate, bench, demo, calibrate, validate-sim, replay, and the
+mounted ``telemetry``, ``alerts`` and ``simulate`` commands.
+
+Layers load only what they need: this module imports neither torch nor transformers at the top,
+so ``simulate``, ``telemetry`` and ``alerts`` run without them; each engine command imports the
+engine when it runs.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from adaptive_spec.errors import AdaptiveSpecError, InvalidParameterError
 
@@ -55,13 +62,27 @@ def _check_positive_int(name: str, value: int) -> None:
         raise InvalidParameterError(name, value, "must be >= 1")
 
 
-def _load_decoder(model: str, drafters: list[str], device: str, dtype: str, chat_template: bool | None,
+def _split(names: str) -> list[str]:
+    return [n.strip() for n in names.split(",") if n.strip()]
+
+
+def _runtime_and_drafters(device: str, dtype: str, drafters: str | None, name: str):
+    """The torch device and dtype, then the drafters to load there: the device's default set when
+    ``drafters`` is None, else the given ones, refused at once (before any model loads) if the
+    device cannot run one (``int8`` on CUDA). ``name`` is the option, for the error."""
+    from adaptive_spec.drafters import default_drafters
+
+    torch_device, torch_dtype = _setup_runtime(device, dtype)
+    given = None if drafters is None else (_split(drafters) or ["none"])
+    return torch_device, torch_dtype, default_drafters(torch_device.type, given, name)
+
+
+def _load_decoder(model: str, drafters: list[str], torch_device, torch_dtype, chat_template: bool | None,
                   observers: list | None = None):
     from adaptive_spec.decoder import SpeculativeDecoder
     from adaptive_spec.drafters import build_drafter
     from adaptive_spec.models import load_model
 
-    torch_device, torch_dtype = _setup_runtime(device, dtype)
     with err.status(f"loading {model} ..."):
         target = load_model(model, device=torch_device, dtype=torch_dtype)
         built = [build_drafter(d, target) for d in dict.fromkeys(drafters) if d != "none"]
@@ -88,7 +109,7 @@ def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="Prompt text (a chat template is applied for chat models)."),
     model: str = typer.Option("smollm2", help="smollm2 | gemma3 | a local Hugging Face folder | a hub id."),
     policy: str = typer.Option("adaptive", help="static | heuristic | adaptive (chooses drafter and k every step)."),
-    drafter: str = typer.Option("ngram,int8", help="Comma-separated drafters: none | ngram | int8 | model:<path>. static and heuristic use the first."),
+    drafter: Optional[str] = typer.Option(None, help="Comma-separated drafters: none | ngram | int8 | model:<path>. static and heuristic use the first. Default: what the device runs, ngram,int8 on CPU, ngram on CUDA (int8 is CPU only)."),
     k: int = typer.Option(8, help="Draft length for the static policy (0 = plain decoding)."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens to generate at most."),
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples (exact rejection sampling)."),
@@ -107,12 +128,12 @@ def generate(
     from adaptive_spec.config import GenerationConfig, validate_draft_len
 
     validate_draft_len(k)
-    drafters = [d.strip() for d in drafter.split(",") if d.strip()] or ["none"]
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or 1.0,
                            top_k=top_k, top_p=top_p, seed=seed, stop_strings=tuple(stop))
+    torch_device, torch_dtype, drafters = _runtime_and_drafters(device, dtype, drafter, "drafter")
     controller = _make_policy(policy, drafters, k)
     observers = _observers(telemetry)
-    decoder = _load_decoder(model, drafters, device, dtype, chat_template, observers)
+    decoder = _load_decoder(model, drafters, torch_device, torch_dtype, chat_template, observers)
     if stream and not as_json:
         for piece in decoder.stream(prompt, cfg, policy=controller):
             print(piece, end="", flush=True)
@@ -178,7 +199,7 @@ def demo(
     from adaptive_spec.config import GenerationConfig
     from policies.static import StaticPolicy
 
-    decoder = _load_decoder(model, ["ngram"], "auto", "float32", None)
+    decoder = _load_decoder(model, ["ngram"], *_setup_runtime("auto", "float32"), None)
     prompt = (
         "Repeat the following paragraph exactly, word for word:\n\n"
         "The old lighthouse stood on the edge of the cliff, its white paint peeling in the salty wind. "
@@ -210,7 +231,7 @@ def demo(
 def calibrate(
     model: str = typer.Option("smollm2"),
     prompts: Path = typer.Option(Path("benchmarks/workloads.jsonl"), "--prompts", help="JSONL prompts; their kind is the request class."),
-    drafters: str = typer.Option("ngram,int8", help="Comma-separated drafters to profile."),
+    drafters: Optional[str] = typer.Option(None, help="Comma-separated drafters to profile. Default: what the device runs, ngram,int8 on CPU, ngram on CUDA."),
     out: Path = typer.Option(Path("simulator/profiles/smollm2_cpu.json"), "--out", help="Profile JSON to write (simulator/PROFILE.md)."),
     repeats: int = typer.Option(5, help="Timed repeats per sample (the median is kept)."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens per generation when measuring acceptance."),
@@ -224,8 +245,9 @@ def calibrate(
     _check_positive_int("repeats", repeats)
     _check_positive_int("max_new_tokens", max_new_tokens)
     _check_prompts_file(prompts)
+    torch_device, torch_dtype, names = _runtime_and_drafters(device, dtype, drafters, "drafters")
     rows = load_prompts(prompts)
-    decoder = _load_decoder(model, [d.strip() for d in drafters.split(",") if d.strip()], device, dtype, None)
+    decoder = _load_decoder(model, names, torch_device, torch_dtype, None)
     with err.status("calibrating ...") as status:
         profile = run_calibration(decoder, rows, repeats, max_new_tokens, progress=lambda m: status.update(f"calibrating: {m}"))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -245,13 +267,15 @@ def validate_sim(
                                       "it earlier; the simulator replays the lengths the engine produced)."),
     seed: int = typer.Option(0),
     model: str = typer.Option("smollm2"),
+    drafters: Optional[str] = typer.Option(None, help="Comma-separated drafters the engine loads. Default: what the device runs, ngram,int8 on CPU, ngram on CUDA."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N."),
     out: Path = typer.Option(Path("benchmarks/results/sim_validation.json"), "--out"),
 ) -> None:
     """Run one seeded open-loop workload on the real engine and in the simulator; compare latency and throughput."""
     from rich.table import Table
 
     from adaptive_spec.bench import load_prompts
-    from adaptive_spec.sim_validation import compare, make_trace, run_real, simulate_trace, summarize_real
+    from benchmarks.sim_validation import compare, make_trace, run_real, simulate_trace, summarize_real
 
     if rate <= 0:
         raise InvalidParameterError("rate", rate, "must be > 0")
@@ -262,12 +286,13 @@ def validate_sim(
     _check_prompts_file(prompts)
     from policies.registry import make_policy
 
+    torch_device, torch_dtype, names = _runtime_and_drafters(device, "float32", drafters, "drafters")
     try:
-        make_policy(policy, ["ngram", "int8"])  # fail before loading the model
+        make_policy(policy, [d for d in names if d != "none"])  # fail before loading the model
     except ValueError as exc:
         raise InvalidParameterError("policy", policy, str(exc)) from exc
     rows = load_prompts(prompts)
-    decoder = _load_decoder(model, ["ngram", "int8"], "auto", "float32", None)
+    decoder = _load_decoder(model, names, torch_device, torch_dtype, None)
     trace = make_trace(decoder, rows, rate, requests, output_tokens, seed)
     with err.status("serving the trace on the real engine ...") as status:
         served = run_real(decoder, trace, policy, progress=lambda m: status.update(f"real engine: {m}"))
@@ -286,6 +311,14 @@ def validate_sim(
     err.print(f"wrote {out}")
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def replay(ctx: typer.Context) -> None:
+    """Replay a `bench --steps` result through controllers offline (benchmarks/replay.py; --help: its options)."""
+    from benchmarks.replay import main as replay_main
+
+    replay_main(list(ctx.args))  # every argument, --help included, is the script's
+
+
 def _mount_subcommands() -> None:
     from adaptive_spec.telemetry.cli import alerts_command, telemetry_app
     from simulator.cli import app as simulate_app
@@ -302,7 +335,8 @@ def main() -> None:
     try:
         app()
     except AdaptiveSpecError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        # one line whatever the terminal's width; the message is text, not markup
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

@@ -14,20 +14,20 @@ batch size. It answers them by discrete-event simulation (SimPy) instead of by r
 
 Module map (one concept each): ``entities`` (Request, RequestClass), ``lengths``, ``acceptance``,
 ``arrivals``, ``workload``, ``replay``, ``profile``, ``cost_model``, ``replica`` (batch-1),
-``batching`` (continuous batching), ``metrics`` (hooks, summaries), ``scenario`` (file format and
-validation), ``policy_factory``, ``run``, ``capacity`` (capacity search, compare), ``sweep``,
-``report``, ``cli``. The profile format is documented in ``simulator/PROFILE.md``.
+``batching`` (continuous batching), ``metrics`` (hooks, summaries), ``scenario`` (file format,
+validation, traffic overrides), ``policy_factory``, ``run``, ``capacity`` (capacity search,
+compare), ``sweep``, ``report``, ``cli``. The profile format is documented in ``simulator/PROFILE.md``.
 """
 
 from simulator.acceptance import AcceptanceProfile
-from simulator.capacity import CapacityResult, capacity, compare, with_traffic
+from simulator.capacity import CapacityResult, capacity, compare
 from simulator.cost_model import FittedCostModel, fit_cost_model
 from simulator.entities import Request, RequestClass
 from simulator.lengths import LengthDist
 from simulator.profile import Profile, load_profile, profile_from_dict
 from simulator.replay import read_trace_jsonl, requests_from_rows
 from simulator.run import RunResult, Simulation, build_simulation, simulate
-from simulator.scenario import Scenario, load_scenario, scenario_from_dict
+from simulator.scenario import Scenario, load_scenario, scenario_from_dict, with_traffic
 from simulator.sweep import grid, sweep
 
 __all__ = [

@@ -15,27 +15,12 @@ before and after each shift.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from simulator.policy_factory import policy_builder
 from simulator.run import RunResult, simulate
-from simulator.scenario import Scenario
-from simulator.workload import Workload
-
-
-def with_traffic(scenario: Scenario, rate: float | None = None, mix: dict[str, float] | None = None) -> Scenario:
-    """The scenario with its initial arrival rate and/or mix replaced (shifts keep their own values)."""
-    if rate is None and mix is None:
-        return scenario
-    if not isinstance(scenario.workload, Workload):
-        raise ValueError("rate / mix overrides need a synthetic workload, not a replayed trace (use time_scale)")
-    if rate is not None and not rate > 0:
-        raise ValueError(f"rate must be > 0, got rate={rate!r}")
-    for name in mix or {}:
-        if name not in scenario.classes:
-            raise ValueError(f"mix.{name} is not a class of the scenario (classes: {sorted(scenario.classes)})")
-    workload = replace(scenario.workload, rate=rate if rate is not None else scenario.workload.rate,
-                       mix=mix if mix is not None else scenario.workload.mix)
-    return scenario.with_(workload=workload)
+from simulator.scenario import Scenario, with_traffic
+from simulator.sweep import sweep
 
 
 @dataclass
@@ -97,13 +82,9 @@ def compare(scenario: Scenario, policies: list[str] | None = None, seed: int | N
     ``workers`` > 1 runs the policies in local processes, ``ray_address`` on a Ray cluster.
     """
     specs = list(policies or scenario.compare_policies or [scenario.policy])
-    from simulator.policy_factory import policy_builder
-
     for i, spec in enumerate(specs):  # reject a bad spec before spending time on the others
         policy_builder(spec, scenario.drafters, f"policies[{i}]")
     if (workers or 1) <= 1 and ray_address is None:
         return [simulate(scenario, spec, seed) for spec in specs]
-    from simulator.sweep import sweep
-
     return sweep(scenario, [{"policy": spec, "seed": seed} for spec in specs], workers=workers,
                  ray_address=ray_address, with_timeseries=True)

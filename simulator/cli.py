@@ -50,9 +50,9 @@ def run(
     json_out: Optional[Path] = JsonOpt,
 ) -> None:
     """Simulate one scenario and print latency, throughput, goodput, queueing and acceptance."""
-    from simulator.capacity import with_traffic
     from simulator.report import print_run, write_json
     from simulator.run import simulate
+    from simulator.scenario import with_traffic
 
     s = _load(scenario)
     try:

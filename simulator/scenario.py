@@ -10,10 +10,13 @@ Top-level fields (``*`` required)::
 
     name          label for reports                                   default: file stem
     seed          seeds traffic, acceptance draws and policies        default: 0
-    profile *     path (relative to the scenario file) or inline profile object
+    profile *     path (relative to the scenario file) or inline profile object (or, from
+                  Python, a ``Profile`` already loaded)
     classes *     {name: {prompt_tokens *, output_tokens *, acceptance, key}}
     workload *    {arrival: {process, rate *, ...}, mix *, duration_s *, shifts, max_requests}
-                  or {replay *: path.jsonl, time_scale}
+                  or {replay *: path.jsonl, time_scale}; from Python, ``replay`` may also be the
+                  trace rows themselves (a list of mappings), so a caller holding a trace in
+                  memory need not write it to a file
     replicas      {count, mode: serial|batching, max_batch, router: least_loaded|round_robin|random}
     policy        spec such as none, static:ngram:4, heuristic:ngram, adaptive      default: none
     policy_scope  replica | key   (one controller per replica, or per replica and traffic key)
@@ -112,6 +115,22 @@ class Scenario:
         return sorted(d for d in self.profile.draft if all(d in c.acceptance for c in self.classes.values()))
 
 
+def with_traffic(scenario: Scenario, rate: float | None = None, mix: dict[str, float] | None = None) -> Scenario:
+    """The scenario with its initial arrival rate and/or mix replaced (shifts keep their own values)."""
+    if rate is None and mix is None:
+        return scenario
+    if not isinstance(scenario.workload, Workload):
+        raise ValueError("rate / mix overrides need a synthetic workload, not a replayed trace (use time_scale)")
+    if rate is not None and not rate > 0:
+        raise ValueError(f"rate must be > 0, got rate={rate!r}")
+    for name in mix or {}:
+        if name not in scenario.classes:
+            raise ValueError(f"mix.{name} is not a class of the scenario (classes: {sorted(scenario.classes)})")
+    workload = replace(scenario.workload, rate=rate if rate is not None else scenario.workload.rate,
+                       mix=mix if mix is not None else scenario.workload.mix)
+    return scenario.with_(workload=workload)
+
+
 # ---- validation helpers: each raises ValueError naming the field path and the value ----------------
 
 def _mapping(raw: object, path: str) -> dict:
@@ -188,6 +207,13 @@ def _workload(raw: object, classes: dict, base_dir: Path) -> Workload | ReplayWo
     if "replay" in raw:
         _only(raw, ("replay", "time_scale"), "workload")
         scale = _num(raw.get("time_scale", 1.0), "workload.time_scale")
+        if isinstance(raw["replay"], (list, tuple)):  # rows already in memory
+            for i, row in enumerate(raw["replay"]):
+                _mapping(row, f"workload.replay[{i}]")
+            try:
+                return ReplayWorkload.from_rows(raw["replay"], classes, scale)
+            except ValueError as err:
+                raise ValueError(f"workload.replay: {err}") from None
         trace = Path(str(raw["replay"]))
         trace = trace if trace.is_absolute() else base_dir / trace
         if not trace.exists():
@@ -226,7 +252,9 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
                 "slo", "metrics", "drain_s", "compare", "capacity"), "")
     base_dir = Path(base_dir)
     profile_raw = _required(raw, "profile", "")
-    if isinstance(profile_raw, dict):
+    if isinstance(profile_raw, Profile):
+        profile = profile_raw
+    elif isinstance(profile_raw, dict):
         profile = profile_from_dict(profile_raw, "profile")
     else:
         path = Path(str(profile_raw))

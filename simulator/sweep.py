@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from simulator.run import RunResult, simulate
-from simulator.scenario import MODES, Scenario
+from simulator.scenario import MODES, Scenario, with_traffic
 
 KEYS = ("policy", "seed", "replicas", "rate", "mix", "mode", "max_batch")
 
@@ -42,8 +42,6 @@ def grid(**axes: list) -> list[dict]:
 
 def apply_config(scenario: Scenario, config: dict) -> Scenario:
     """The scenario with one configuration's overrides (policy and seed are passed to simulate)."""
-    from simulator.capacity import with_traffic
-
     for name in config:
         if name not in KEYS:
             raise ValueError(f"sweep field {name!r} is not known (known: {', '.join(KEYS)})")

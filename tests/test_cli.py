@@ -1,5 +1,8 @@
 """The CLI: every command is mounted, and bad input fails before any model loads, naming the parameter."""
 
+import sys
+import types
+
 import pytest
 from typer.testing import CliRunner
 
@@ -11,7 +14,8 @@ runner = CliRunner()
 
 def test_every_command_is_mounted():
     out = runner.invoke(app, ["--help"]).output
-    for command in ("generate", "bench", "demo", "calibrate", "validate-sim", "telemetry", "alerts", "simulate"):
+    for command in ("generate", "bench", "demo", "calibrate", "validate-sim", "replay", "telemetry", "alerts",
+                    "simulate"):
         assert command in out, command
 
 
@@ -34,3 +38,13 @@ def test_bad_input_is_one_error_naming_the_parameter(args, name):
     result = runner.invoke(app, args)
     assert isinstance(result.exception, InvalidParameterError), (args, result.output, result.exception)
     assert result.exception.name == name
+
+
+def test_replay_hands_every_argument_to_the_script(monkeypatch):
+    seen = []
+    script = types.ModuleType("benchmarks.replay")
+    script.main = lambda argv=None: seen.append(argv)
+    monkeypatch.setitem(sys.modules, "benchmarks.replay", script)
+    result = runner.invoke(app, ["replay", "result.json", "prompts.jsonl", "--draws", "3", "--help"])
+    assert result.exit_code == 0, result.output
+    assert seen == [["result.json", "prompts.jsonl", "--draws", "3", "--help"]]

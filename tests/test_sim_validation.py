@@ -1,8 +1,9 @@
-"""The simulator side of the real-engine validation: a recorded trace replayed on a profile."""
+"""The simulator side of the real-engine validation: a recorded trace replayed on a profile, in memory."""
 
 import pytest
 
-from adaptive_spec.sim_validation import compare, simulate_trace, summarize_real
+from benchmarks.sim_validation import compare, simulate_trace, summarize_real
+from simulator import load_profile
 
 PROFILE = "simulator/profiles/example_cpu.json"
 
@@ -18,6 +19,11 @@ def test_light_load_latency_is_service_time_and_heavy_load_queues():
     assert light["e2e_s"]["p50"] < 10  # no queue: one request's service time
     assert heavy["e2e_s"]["p95"] > 5 * light["e2e_s"]["p95"]  # arrivals 0.1 s apart pile up
     assert heavy["throughput_tokens_s"] > light["throughput_tokens_s"]
+
+
+def test_a_loaded_profile_predicts_what_its_file_does():
+    assert simulate_trace(trace(2.0), load_profile(PROFILE), "static:ngram:4", 0) == \
+        simulate_trace(trace(2.0), PROFILE, "static:ngram:4", 0)
 
 
 def test_comparison_reports_relative_errors():

@@ -7,9 +7,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from simulator import load_profile, load_scenario, scenario_from_dict
+from simulator import load_profile, load_scenario, profile_from_dict, scenario_from_dict, simulate, with_traffic
 from simulator.cli import app
-from simulator_testkit import DELETE, scenario_dict
+from simulator.scenario import ReplayWorkload
+from simulator_testkit import DELETE, cpu_like_profile, scenario_dict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,6 +38,11 @@ REPO = Path(__file__).resolve().parents[1]
     ({"policy_scope": "global"}, r"policy_scope must be one of replica, key, got 'global'"),
     ({"compare": {"policies": ["none", "bogus"]}}, r"compare\.policies\[1\]='bogus'"),
     ({"colour": "blue"}, r"colour is not a known field"),
+    ({"workload": {"replay": [{"arrival_s": 0, "class": "copy", "prompt_tokens": 0, "output_tokens": 5}]}},
+     r"workload\.replay: trace row 0: prompt_tokens must be an integer >= 1, got 0"),
+    ({"workload": {"replay": [{"arrival_s": 0, "class": "nope", "prompt_tokens": 9, "output_tokens": 5}]}},
+     r"workload\.replay: trace row 0: class='nope' is not a scenario class"),
+    ({"workload": {"replay": ["not a row"]}}, r"workload\.replay\[0\] must be a mapping"),
 ])
 def test_bad_scenario_is_rejected_naming_the_field(overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -89,3 +95,27 @@ def test_cli_compare_and_capacity(tmp_path):
     result = CliRunner().invoke(app, ["capacity", str(path), "--rate", "0.5", "--json", str(tmp_path / "c.json")])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "c.json").read_text())["replicas"] >= 1
+
+
+TRACE = [{"arrival_s": 5.0 + 2 * i, "class": "copy" if i % 2 else "chat", "prompt_tokens": 60, "output_tokens": 30}
+         for i in range(10)]
+
+
+def test_a_trace_and_a_profile_in_memory_feed_the_simulator_without_files():
+    raw = scenario_dict(workload={"replay": TRACE, "time_scale": 2.0})
+    raw["profile"] = profile_from_dict(cpu_like_profile())  # a Profile object, already loaded
+    scenario = scenario_from_dict(raw)
+    assert isinstance(scenario.workload, ReplayWorkload) and scenario.workload.duration_s == 9.0  # 18 s at 2x
+    result = simulate(scenario, with_timeseries=False)
+    assert result.summary["requests"]["completed"] == len(TRACE)
+
+
+def test_with_traffic_overrides_rate_and_mix_of_a_synthetic_workload_only():
+    scenario = scenario_from_dict(scenario_dict())
+    changed = with_traffic(scenario, rate=0.5, mix={"chat": 1.0})
+    assert (changed.workload.rate, changed.workload.mix) == (0.5, {"chat": 1.0})
+    assert with_traffic(scenario) is scenario
+    with pytest.raises(ValueError, match="mix.nope is not a class"):
+        with_traffic(scenario, mix={"nope": 1.0})
+    with pytest.raises(ValueError, match="replayed trace"):
+        with_traffic(scenario_from_dict(scenario_dict(workload={"replay": TRACE})), rate=1.0)

@@ -17,12 +17,21 @@ from transformers import PreTrainedModel
 from adaptive_spec.drafters.model import ModelDrafter
 from adaptive_spec.errors import InvalidParameterError
 
+DEVICE_TYPES = ("cpu",)  # torch.ao's dynamic quantized kernels (fbgemm / qnnpack) have no CUDA version
+
+
+def device_error(device: object, name: str = "drafter") -> InvalidParameterError:
+    """The one error for ``int8`` on a device it cannot run on; ``name`` is the option that asked for it."""
+    return InvalidParameterError(
+        name, "int8", f"dynamic int8 quantization runs on CPU only, not on device {str(device)!r}; "
+        "use ngram or model:<path> there, or --device cpu")
+
 
 def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
     """A dynamically int8-quantized deep copy of ``model`` (the original is left untouched)."""
     device = next(model.parameters()).device
-    if device.type != "cpu":
-        raise InvalidParameterError("drafter", "int8", f"dynamic int8 quantization runs on CPU only, target is on {device}")
+    if device.type not in DEVICE_TYPES:
+        raise device_error(device)
     clone = copy.deepcopy(model).float().eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao's deprecation notice in favour of torchao

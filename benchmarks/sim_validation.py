@@ -1,5 +1,9 @@
 """Does the simulator predict the real engine? One seeded open-loop workload, run both ways.
 
+An experiment that uses both layers, so it lives here and not in either: the engine serves the
+trace, and the simulator is fed what was served in memory (trace rows and a profile), as
+``adaptive-spec validate-sim`` does.
+
 1. A trace: Poisson arrivals at ``rate`` requests/s, classes drawn from the workload prompts'
    kinds, each request a real prompt of its class and a token budget.
 2. The real engine serves it batch-1 FIFO in wall-clock time, as a replica would: a request starts
@@ -8,26 +12,32 @@
 3. The simulator replays what was served (arrival, class, prompt tokens, and the output tokens
    the engine produced) on one serial replica with a profile calibrated on this machine and the
    same policy spec: the replay of recorded traffic a capacity planner would run.
+4. Predicted vs measured p50 / p95 end-to-end latency and throughput, with relative errors.
 
 Why the engine stops at end of sequence: ``calibrate`` measures acceptance on outputs that end
 there, and forcing generation past it (``ignore_eos``) makes the model ramble, where the n-gram
 drafter's acceptance on a copy prompt falls from ~0.7 to ~0.2 (measured on SmolLM2). A trace
 forced to 64 tokens therefore ran copy requests about twice as long as the profile predicts.
-4. Predicted vs measured p50 / p95 end-to-end latency and throughput, with relative errors.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from typing import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from adaptive_spec.bench import Prompt
 from adaptive_spec.config import GenerationConfig
-from adaptive_spec.decoder import SpeculativeDecoder
 from policies.registry import make_policy
+from simulator.profile import Profile
+from simulator.run import simulate
+from simulator.scenario import scenario_from_dict
+
+if TYPE_CHECKING:  # the engine (torch) is only needed by the caller that built the decoder
+    from adaptive_spec.bench import Prompt
+    from adaptive_spec.decoder import SpeculativeDecoder
 
 
 def make_trace(decoder: SpeculativeDecoder, prompts: list[Prompt], rate: float, count: int, output_tokens: int,
@@ -88,31 +98,25 @@ def summarize_real(served: list[dict]) -> dict:
     }
 
 
-def simulate_trace(trace: list[dict], profile_path: str, policy_spec: str, seed: int) -> dict:
-    """Replay ``trace`` rows (arrival_s, class, prompt_tokens, output_tokens) on one serial replica."""
-    from simulator.run import simulate
-    from simulator.scenario import scenario_from_dict
+def simulate_trace(trace: list[dict], profile: str | Path | Profile, policy_spec: str, seed: int) -> dict:
+    """Replay ``trace`` rows (arrival_s, class, prompt_tokens, output_tokens) on one serial replica.
 
+    ``profile`` is a profile file or a ``Profile`` already loaded; the rows go to the simulator as
+    they are, no file in between.
+    """
     classes = sorted({r["class"] for r in trace})
     rows = [{k: r[k] for k in ("arrival_s", "class", "prompt_tokens", "output_tokens")} for r in trace]
-    import json
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        trace_path = Path(tmp) / "trace.jsonl"
-        trace_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        scenario = scenario_from_dict({
-            "name": "validation", "seed": seed, "profile": str(Path(profile_path).resolve()),
-            # lengths come from the trace; these only satisfy the class schema
-            "classes": {c: {"prompt_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"dist": "fixed", "value": 64}}
-                        for c in classes},
-            "workload": {"replay": str(trace_path)},
-            "replicas": {"count": 1, "mode": "serial"},
-            "policy": policy_spec,
-        }, base_dir=tmp)
-        result = simulate(scenario, with_timeseries=False)
-    s = result.summary
+    scenario = scenario_from_dict({
+        "name": "validation", "seed": seed,
+        "profile": profile if isinstance(profile, Profile) else str(Path(profile).resolve()),
+        # lengths come from the trace; these only satisfy the class schema
+        "classes": {c: {"prompt_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"dist": "fixed", "value": 64}}
+                    for c in classes},
+        "workload": {"replay": rows},
+        "replicas": {"count": 1, "mode": "serial"},
+        "policy": policy_spec,
+    })
+    s = simulate(scenario, with_timeseries=False).summary
     return {
         "e2e_s": {"p50": s["e2e_s"]["p50"], "p95": s["e2e_s"]["p95"]},
         "ttft_s": {"p50": s["ttft_s"]["p50"], "p95": s["ttft_s"]["p95"]},

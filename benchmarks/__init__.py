@@ -1,0 +1,1 @@
+"""Experiments and benchmark tools that use both the engine and the simulator."""
