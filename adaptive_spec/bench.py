@@ -28,7 +28,7 @@ from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.hf_peers import HF_PEERS, HFPeer
 from adaptive_spec.models import LoadedModel
 from policies.base import Policy
-from policies.registry import make_policy, parse_option, parse_spec
+from policies.registry import make_policy, parse_spec
 
 ADAPTIVE_DRAFTERS = ("ngram", "int8")  # what `adaptive` may choose from in the benchmark
 
@@ -81,14 +81,6 @@ def parse_config(name: str) -> BenchConfig:
     except ValueError as exc:
         raise InvalidParameterError("configs", name, str(exc)) from exc
     return BenchConfig(name, drafters, lambda: make_policy(name, list(drafters)))
-
-
-def _option(text: str, name: str) -> tuple[str, object]:
-    """Kept for ``benchmarks/replay.py`` until it reads ``parse_spec(name).options``."""
-    try:
-        return parse_option(text, name)
-    except ValueError as exc:
-        raise InvalidParameterError("configs", name, str(exc)) from exc
 
 
 def run_bench(

@@ -29,11 +29,13 @@ from adaptive_spec.sampling import logits_to_probs, sample
 from adaptive_spec.verifier import Verdict, rejection_sample, verify_greedy
 from policies.base import Policy
 from policies.outcome import PLAIN, Action, StepOutcome
-from policies.registry import OverridePolicy, PolicyRegistry
+from policies.base import OverridePolicy
+from policies.registry import PolicyRegistry
+from policies.session import DecodeSession
+from policies.shadow import ShadowDrafts
 from policies.static import StaticPolicy
 
 _EMPTY = Proposal(tokens=[])
-SHADOW_K = 4  # tokens per shadow draft
 
 
 class SpeculativeDecoder:
@@ -163,10 +165,9 @@ class SpeculativeDecoder:
             return OverridePolicy(base, Action(PLAIN, 0))
         if force_drafter is not None:
             if force_k is None:
-                k_for = getattr(base, "k_for", None)
-                if k_for is None:
-                    raise InvalidParameterError("force_k", None, f"needed to force drafter {force_drafter!r} on a {getattr(base, 'name', 'static')} policy")
-                force_k = k_for(force_drafter)
+                force_k = base.k_for(force_drafter)
+                if force_k is None:
+                    raise InvalidParameterError("force_k", None, f"needed to force drafter {force_drafter!r} on a {base.name} policy")
             return OverridePolicy(base, Action(force_drafter, force_k))
         return base
 
@@ -177,7 +178,7 @@ class SpeculativeDecoder:
         if not self.observers:
             return (yield from self._decode_steps(prompt_ids, cfg, policy, key, None))
         request = RequestInfo(model=self.target_model.name, key=key, config=cfg, prompt_tokens=len(prompt_ids),
-                              policy=getattr(policy, "name", type(policy).__name__))
+                              policy=policy.name)
         self.observers.notify("on_request_start", request)
         try:
             result = yield from self._decode_steps(prompt_ids, cfg, policy, key, request)
@@ -215,94 +216,75 @@ class SpeculativeDecoder:
         new, stop_reason = self._finish([first], generated, cfg)
         yield new
 
-        early_stop_for = getattr(policy, "early_stop", None) or getattr(getattr(policy, "inner", None), "early_stop", None)
-        # not through an override's inner policy: a forced k is the caller's, not the gate's
-        gate_for = getattr(policy, "draft_gate", None)
-        shadow = ShadowDrafts(self.drafters.values(), policy, cfg)
-        warm_start = getattr(policy, "warm_start", None)
-        if warm_start is not None:
-            warm_start(self.cost_memory)  # iterated only by a controller that has not started yet
-        start_request = getattr(policy, "start_request", None)
-        if start_request is not None:
-            start_request()
+        session = DecodeSession(
+            policy, cfg.max_new_tokens, key=key, warm_steps=self.cost_memory,
+            gated={d.name for d in self.drafters.values() if d.reports_match_order},
+            stoppable={d.name for d in self.drafters.values() if d.vocab_size},
+            shadow=ShadowDrafts([d for d in self.drafters.values() if d.name != PLAIN and d.vocab_size is None], policy),
+        )
         decode_start = self._now()
         while stop_reason is None:
-            # 2. ask the controller, then cap k so a step never overshoots max_new_tokens
-            action = policy.decide()
-            drafter = self.drafters.get(action.drafter)
-            if drafter is None:
-                raise InvalidParameterError("drafter", action.drafter, f"not loaded; loaded: {', '.join(self.drafters)}")
-            k = min(validate_draft_len(action.k), cfg.max_new_tokens - len(generated) - 1)
-            if drafter.name == PLAIN:
-                k = 0
-
-            # 3. draft
-            if k == 0:
-                shadow.propose(context)
-            # only drafters with probabilities can stop early; fetched before the clock starts, since
-            # the first call builds the model (and imports scikit-learn)
-            stopper = early_stop_for(drafter.name) if early_stop_for and k > 1 and drafter.vocab_size else None
-            # a lookup whose cost does not grow with k drafts up to the gate's max_k; the gate keeps
-            # the prefix worth verifying for the match it found (policies.match_gate)
-            gate = gate_for(drafter.name) if gate_for and k > 0 and drafter.reports_match_order else None
-            if gate is not None:
-                k = min(max(k, gate.max_k), cfg.max_new_tokens - len(generated) - 1)
-            t0 = self._now()
-            if k > 0:
-                if stopper is None:
-                    proposal = drafter.propose(context, k, cfg, generator)
-                else:
-                    proposal = drafter.propose(context, k, cfg, generator, early_stop=stopper)
-            else:
-                proposal = _EMPTY
-            drafts = proposal.tokens[:k]
-            skipped = None  # the first token of a draft the gate cut to nothing
-            if gate is not None and drafts:
-                keep = gate.keep(proposal.match_order, len(drafts), proposal.match_ambiguous)
-                if keep == 0:
-                    skipped = drafts[0]
-                drafts = drafts[:keep]
-                k = keep
-            t1 = self._now()
-
-            # 4. verify: one target pass over the pending token and every draft
-            assert len(self.target.tokens) == len(context) - 1, "target cache out of step with the context"
-            logits = self.target.extend([context[-1], *drafts], num_logits=len(drafts) + 1)  # [k+1, vocab]
-            verdict = self._verify(drafts, proposal, logits, cfg, generator)
-
-            # 5. roll back the rejected drafts' keys and values: cache = context + accepted drafts
-            self.target.rollback(len(context) + verdict.num_accepted)
-            t2 = self._now()
-
-            # 6. emit accepted + recovered/bonus tokens, stopping at EOS, stop strings or the budget
-            step_tokens = [*drafts[: verdict.num_accepted], verdict.next_token]
-            if skipped is not None:
-                gate.learn_skipped(proposal.match_order, skipped == verdict.next_token, proposal.match_ambiguous)
-            context.extend(step_tokens)
-            shadow.resolve(context, drafter.name if drafts else None)
-            new, stop_reason = self._finish(step_tokens, generated, cfg)
-            outcome = StepOutcome(
-                drafter=drafter.name, k=k, proposed=len(drafts), num_accepted=verdict.num_accepted, emitted=len(new),
-                draft_s=t1 - t0, verify_s=t2 - t1, context_len=len(context) - len(step_tokens),
-                draft_confidences=proposal.confidences[: len(drafts)] if proposal.confidences else None,
-                draft_entropies=proposal.entropies[: len(drafts)] if proposal.entropies else None,
-                key=key, timestamp=time.time(), match_order=proposal.match_order if drafts else None,
-                match_ambiguous=proposal.match_ambiguous,
-            )
-            # 7. record and let the controller learn
+            outcome, new, stop_reason = self._step(session, context, generated, cfg, generator)
             stats.add_step(outcome)
             records.append(outcome)
-            policy.observe(outcome)
             self.cost_memory.record(outcome)
             if request is not None:
-                drain = getattr(policy, "drain_events", None)
-                self.observers.notify("on_step", request, outcome, drain() if drain else [])
+                self.observers.notify("on_step", request, outcome, session.drain_events())
             yield new
 
         stats.decode_s = self._now() - decode_start
         stats.new_tokens = len(generated)
         text = self.tokenizer.decode(generated, skip_special_tokens=True)
         return GenerationResult(text=text, token_ids=generated, finish_reason=stop_reason, stats=stats, steps=records)
+
+    def _step(self, session: DecodeSession, context: list[int], generated: list[int], cfg: GenerationConfig,
+              generator) -> tuple[StepOutcome, list[int], str | None]:
+        """One decode step; extends ``context`` and ``generated``. Returns the step's record, the
+        tokens it emitted and the stop reason (None: go on)."""
+        # 1. ask the controller (through the session: budget cap, match gate, early stop)
+        plan = session.plan(len(generated), context)
+        drafter = self.drafters.get(plan.drafter)
+        if drafter is None:
+            raise InvalidParameterError("drafter", plan.drafter, f"not loaded; loaded: {', '.join(self.drafters)}")
+        validate_draft_len(plan.action.k)
+
+        # 2. draft, and let the gate keep the prefix worth verifying for the match it found
+        t0 = self._now()
+        proposal = _EMPTY
+        if plan.k > 0:
+            if plan.early_stop is None:
+                proposal = drafter.propose(context, plan.k, cfg, generator)
+            else:
+                proposal = drafter.propose(context, plan.k, cfg, generator, early_stop=plan.early_stop)
+        kept = session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
+        drafts = proposal.tokens[:kept]
+        t1 = self._now()
+
+        # 3. verify: one target pass over the pending token and every draft
+        if len(self.target.tokens) != len(context) - 1:
+            raise RuntimeError("target cache out of step with the context")
+        logits = self.target.extend([context[-1], *drafts], num_logits=len(drafts) + 1)  # [k+1, vocab]
+        verdict = self._verify(drafts, proposal, logits, cfg, generator)
+
+        # 4. roll back the rejected drafts' keys and values: cache = context + accepted drafts
+        self.target.rollback(len(context) + verdict.num_accepted)
+        t2 = self._now()
+
+        # 5. emit accepted + recovered/bonus tokens, stopping at EOS, stop strings or the budget
+        step_tokens = [*drafts[: verdict.num_accepted], verdict.next_token]
+        context.extend(step_tokens)
+        new, stop_reason = self._finish(step_tokens, generated, cfg)
+
+        # 6. record, and let the controller learn
+        outcome = session.finish(
+            plan, len(drafts), verdict.num_accepted, len(new), t1 - t0, t2 - t1, len(context) - len(step_tokens),
+            first_token_right=bool(proposal.tokens) and proposal.tokens[0] == verdict.next_token,
+            match_order=proposal.match_order, match_ambiguous=proposal.match_ambiguous,
+            confidences=proposal.confidences[: len(drafts)] if proposal.confidences else None,
+            entropies=proposal.entropies[: len(drafts)] if proposal.entropies else None,
+            context=context,
+        )
+        return outcome, new, stop_reason
 
     def _verify(self, drafts, proposal: Proposal, logits, cfg: GenerationConfig, generator) -> Verdict:
         if cfg.greedy:
@@ -355,56 +337,6 @@ class SpeculativeDecoder:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
-
-
-class ShadowDrafts:
-    """Drafts proposed but never verified, scored against what plain decoding produced next.
-
-    While the controller decodes plainly, drafters that cost nothing to run (no probabilities: n-gram
-    lookup, ~0.3 ms) still propose. Once the tokens that followed are known, the length of the
-    matching prefix is exactly how many drafts the verifier would have accepted (greedy), or a
-    draw with the same law (sampling: a deterministic draft ``x`` is accepted with probability
-    ``p(x)``, the probability that plain sampling produces ``x``). The policy learns acceptance for
-    free, and can turn speculation back on the moment it would pay, instead of probing blindly.
-    """
-
-    def __init__(self, drafters: Iterable[Drafter], policy, cfg: GenerationConfig) -> None:
-        self.observe = getattr(policy, "observe_shadow", None)
-        self.drafters = [d for d in drafters if d.name != PLAIN and d.vocab_size is None] if self.observe else []
-        # short shadow drafts resolve within a few plain steps (one token each), so evidence arrives
-        # while it still matters; deeper positions borrow the drafter's pooled rate. One draft is
-        # started at every plain step, so after the first few steps one resolves at every step.
-        self.k = min(SHADOW_K, int(getattr(getattr(policy, "config", None), "max_k", SHADOW_K)))
-        self.cfg = cfg
-        # (drafter, start index, tokens, match order, ambiguous)
-        self.pending: list[tuple[str, int, list[int], int | None, bool]] = []
-
-    def propose(self, context: list[int]) -> None:
-        for drafter in self.drafters:
-            proposal = drafter.propose(context, self.k, self.cfg, None)
-            tokens = proposal.tokens[: self.k]
-            if tokens:
-                self.pending.append((drafter.name, len(context), tokens, proposal.match_order, proposal.match_ambiguous))
-            else:
-                self.observe(drafter.name, self.k, 0)  # no match: a speculative step would have gained nothing
-
-    def resolve(self, context: list[int], verified_drafter: str | None) -> None:
-        if not self.pending:
-            return
-        still = []
-        for pending in self.pending:
-            name, start, tokens, order, ambiguous = pending
-            if name == verified_drafter:
-                continue  # a real verification just measured it
-            known = context[start : start + len(tokens)]
-            matched = 0
-            while matched < len(known) and known[matched] == tokens[matched]:
-                matched += 1
-            if matched < len(known) or len(known) == len(tokens):
-                self.observe(name, len(tokens), matched, order, ambiguous)
-            else:
-                still.append(pending)
-        self.pending = still
 
 
 def _config(config: GenerationConfig | None, overrides: dict) -> GenerationConfig:

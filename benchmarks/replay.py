@@ -17,10 +17,10 @@ reports the median and the worst of each config's ratio to the best static confi
 prompt. Its
 figures are predictions, checked against the next real run.
 
-    python benchmarks/replay.py benchmarks/results/shift.json benchmarks/shift.jsonl
-    python benchmarks/replay.py benchmarks/results/workloads.json benchmarks/workloads.jsonl \
-        --configs plain,static:ngram:2,adaptive,adaptive:match_lift_weight=1e12 --out replay.json
-    python benchmarks/replay.py benchmarks/results/workloads.json benchmarks/workloads.jsonl --draws 20
+    adaptive-spec replay benchmarks/results/shift.json benchmarks/shift.jsonl
+    adaptive-spec replay benchmarks/results/workloads.json benchmarks/workloads.jsonl \
+        --configs plain,static:ngram:2,adaptive,adaptive+match_lift_weight=1e12 --out replay.json
+    adaptive-spec replay benchmarks/results/workloads.json benchmarks/workloads.jsonl --draws 20
 """
 
 from __future__ import annotations
@@ -29,23 +29,22 @@ import argparse
 import json
 import random
 import statistics
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tqdm import tqdm
 
-from tqdm import tqdm  # noqa: E402
-
-from adaptive_spec.bench import _option, load_prompts, parse_config  # noqa: E402
-from adaptive_spec.config import GenerationConfig  # noqa: E402
-from adaptive_spec.decoder import SpeculativeDecoder, ShadowDrafts  # noqa: E402
-from adaptive_spec.drafters import NgramDrafter  # noqa: E402
-from adaptive_spec.errors import InvalidParameterError  # noqa: E402
-from adaptive_spec.models import load_model  # noqa: E402
-from policies.outcome import PLAIN, StepOutcome  # noqa: E402
-from policies.registry import make_policy  # noqa: E402
+from adaptive_spec.bench import load_prompts, parse_config
+from adaptive_spec.decoder import SpeculativeDecoder
+from adaptive_spec.drafters import NgramDrafter
+from adaptive_spec.errors import InvalidParameterError
+from adaptive_spec.models import load_model
+from policies.base import Policy
+from policies.outcome import PLAIN, StepOutcome
+from policies.registry import make_policy, parse_spec
+from policies.session import DecodeSession
+from policies.shadow import ShadowDrafts
 
 DEFAULT_CONFIGS = "plain,static:ngram:2,static:ngram:4,static:ngram:8,heuristic:ngram,adaptive"
 NGRAM_DRAFT_S = 0.0003  # a lookup, as measured in service (0.2-0.4 ms)
@@ -124,64 +123,45 @@ class CostDraws:
         return self.rng.choice(self.samples[length]) * self.factor
 
 
-def replay(policy, requests: list[tuple], costs: list[float], max_new_tokens: int,
-           draw: Callable[[int], float] | None = None) -> list[dict]:
+def replay(policy: Policy, requests: list[tuple], costs: list[float], max_new_tokens: int,
+           draw: Callable[[int], float] | None = None, drafter=None) -> list[dict]:
     """Serve ``requests`` (id, kind, prompt ids, plain output ids, prefill seconds) in order.
 
-    Each step costs ``costs[drafts verified]`` (the median), or ``draw(drafts verified)`` when
-    given (``draw.new_request()``, if it has one, is called as each request starts); the
-    controller's warm start always sees the medians, as the engine's memory would."""
-    new_request = getattr(draw, "new_request", None)
-    drafter = NgramDrafter()
-    cfg = GenerationConfig(max_new_tokens=max_new_tokens)
-    warm_start = getattr(policy, "warm_start", None)
-    if warm_start is not None:
-        warm_start(warm_steps(costs))
-    gate_for = getattr(policy, "draft_gate", None)
+    ``drafter`` (default: the n-gram lookup) is anything with a ``name`` and ``lookup(context, k)``
+    (``policies.shadow``). Each step costs ``costs[drafts verified]`` (the median), or
+    ``draw(drafts verified)`` when given (``draw.new_request()``, if it has one, is called as each
+    request starts); the controller's warm start always sees the medians, as the engine's memory
+    would."""
+    new_request = getattr(draw, "new_request", None)  # a plain callable is a valid draw too
+    drafter = drafter if drafter is not None else NgramDrafter()
+    warm = warm_steps(costs)
     rows = []
     for rid, kind, prompt, output, prefill_s in requests:
-        context, pos, seconds, steps = prompt + [output[0]], 1, prefill_s, 0
-        shadow = ShadowDrafts([drafter], policy, cfg)
+        context, seconds = prompt + [output[0]], prefill_s
+        shadow = ShadowDrafts([drafter], policy)
+        session = DecodeSession(policy, max_new_tokens, gated={drafter.name}, warm_steps=warm, shadow=shadow)
         if new_request is not None:
             new_request()
-        if hasattr(policy, "start_request"):
-            policy.start_request()
+        pos = 1
         while pos < len(output):
-            action = policy.decide()
-            speculate = action.drafter != PLAIN and action.k > 0
-            k = min(action.k, max_new_tokens - pos - 1) if speculate else 0
-            if k == 0:
-                shadow.propose(context)
-            gate = gate_for(action.drafter) if gate_for and k > 0 else None
-            if gate is not None:  # as the engine: look up to max_k, the gate keeps a prefix
-                k = min(max(k, gate.max_k), max_new_tokens - pos - 1)
-            proposal = drafter.propose(context, k, cfg, None) if k > 0 else None
-            drafts = proposal.tokens[:k] if proposal else []
-            skipped = None
-            if gate is not None and drafts:
-                keep = gate.keep(proposal.match_order, len(drafts), proposal.match_ambiguous)
-                skipped = drafts[0] if keep == 0 else None
-                drafts, k = drafts[:keep], keep
+            plan = session.plan(pos, context)
+            tokens, order, ambiguous = drafter.lookup(context, plan.k) if plan.k > 0 else ([], None, False)
+            kept = session.cut(plan, len(tokens), order, ambiguous)
+            drafts = tokens[:kept]
             accepted = 0
-            while accepted < len(drafts) and pos + accepted < len(output) - 1 and drafts[accepted] == output[pos + accepted]:
+            while accepted < kept and pos + accepted < len(output) - 1 and drafts[accepted] == output[pos + accepted]:
                 accepted += 1
             step_tokens = drafts[:accepted] + [output[pos + accepted]]
-            if skipped is not None:
-                gate.learn_skipped(proposal.match_order, skipped == step_tokens[-1], proposal.match_ambiguous)
             context += step_tokens
             pos += len(step_tokens)
-            shadow.resolve(context, action.drafter if drafts else None)
-            draft_s = NGRAM_DRAFT_S if speculate else 0.0
-            length = min(len(drafts), len(costs) - 1)
+            draft_s = NGRAM_DRAFT_S if plan.k > 0 else 0.0
+            length = min(kept, len(costs) - 1)
             verify_s = draw(length) if draw is not None else costs[length]
             seconds += draft_s + verify_s
-            steps += 1
-            policy.observe(StepOutcome(
-                action.drafter if speculate else PLAIN, k if speculate else 0, len(drafts), accepted,
-                len(step_tokens), draft_s, verify_s, len(context),
-                match_order=proposal.match_order if drafts else None,
-                match_ambiguous=bool(proposal and proposal.match_ambiguous)))
-        rows.append({"id": rid, "kind": kind, "new_tokens": len(output), "seconds": seconds, "steps": steps})
+            session.finish(plan, kept, accepted, len(step_tokens), draft_s, verify_s, len(context) - len(step_tokens),
+                           first_token_right=bool(tokens) and tokens[0] == step_tokens[-1], match_order=order,
+                           match_ambiguous=ambiguous, context=context)
+        rows.append({"id": rid, "kind": kind, "new_tokens": len(output), "seconds": seconds, "steps": session.steps})
     return rows
 
 
@@ -197,23 +177,22 @@ def aggregate(rows: list[dict]) -> dict:
 def make_replay_policy(name: str):
     """The bench config's policy; ``adaptive`` chooses among the n-gram drafter alone here."""
     config = parse_config(name)  # raises on a bad name
-    if name.split(":")[0] == "adaptive":
-        options = dict(_option(o, name) for o in name.partition(":")[2].split("+") if o)
-        return make_policy("adaptive", ["ngram"], **options)
+    if parse_spec(name).kind == "adaptive":
+        return make_policy(name, ["ngram"])
     if config.peer or any(d not in ("ngram", "none") for d in config.drafters):
         raise InvalidParameterError("configs", name, "cannot be replayed: only engine configs drafting with ngram can")
     return config.make_policy()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="adaptive-spec replay", description=__doc__.split("\n\n")[0])
     parser.add_argument("result", type=Path, help="a `bench --steps` result JSON (it must include `plain`)")
     parser.add_argument("prompts", type=Path, help="the prompts file that result was run on")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated bench configs (n-gram only)")
     parser.add_argument("--draws", type=int, default=0,
                         help="also replay this many times with each step's cost drawn from the in-service costs of its length")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     if args.draws < 0:
         parser.error(f"draws={args.draws}: must be >= 0")

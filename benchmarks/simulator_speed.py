@@ -22,7 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from simulator import scenario_from_dict, simulate  # noqa: E402
-from simulator.policy_factory import find_make_policy  # noqa: E402
 from simulator.report import _table, write_json  # noqa: E402
 
 
@@ -59,8 +58,6 @@ def main() -> None:
         ("serial adaptive", "example_cpu.json", "serial", 48, 12.0, "adaptive"),
         ("batching(32) static:ngram:4", "example_gpu_synthetic.json", "batching", 4, 40.0, "static:ngram:4"),
     ]
-    if find_make_policy() is None:
-        cases = [c for c in cases if c[5] != "adaptive"]
     if args.cases:
         wanted = set(args.cases.split(","))
         cases = [c for c in cases if c[0] in wanted]

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.acceptance import AcceptanceProfile, expected_tokens_by_k
+from policies.base import Policy
 from policies.bandit import DiscountedUCB
 from policies.change import AcceptanceCollapse, DetectorConfig, PageHinkley, step_acceptance
 from policies.costs import CostModel, clip_spike as _clip_spike
@@ -66,6 +67,9 @@ _PLAIN_ACTION = Action(PLAIN, 0)
 # (in steps that verified no draft): short enough to follow a spell, long enough that one noisy
 # plain step moves it by ~5% of its noise
 RECENT_PLAIN_HALF_LIFE = 8.0
+# tokens per shadow draft: short drafts resolve within a few plain steps (one token each), so their
+# evidence arrives while it still matters; deeper positions borrow the drafter's pooled rate
+SHADOW_K = 4
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,7 @@ class DrafterPlan:
     acceptance: float  # pooled per-position acceptance estimate
 
 
-class AdaptivePolicy:
+class AdaptivePolicy(Policy):
     """Goodput-maximising (drafter, k) with a never-slower guard; see the module docstring."""
 
     name = "adaptive"
@@ -249,6 +253,10 @@ class AdaptivePolicy:
     def plain_tokens_per_s(self) -> float:
         plain_s = self.costs.plain_s()
         return 1.0 / plain_s if plain_s > 0 else math.nan
+
+    @property
+    def shadow_k(self) -> int:
+        return min(SHADOW_K, self.config.max_k)
 
     def k_for(self, drafter: str) -> int:
         """The draft length this policy would use with ``drafter`` (for overrides forcing one)."""

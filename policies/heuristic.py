@@ -13,11 +13,12 @@ fully accepted.
 
 from __future__ import annotations
 
+from policies.base import Policy
 from policies.outcome import PLAIN, Action, StepOutcome
 from policies.validation import check_int
 
 
-class HeuristicPolicy:
+class HeuristicPolicy(Policy):
     """transformers' +2 / -1 schedule over one fixed drafter.
 
     ``start_k`` defaults to 4, not transformers' ``num_assistant_tokens=20``: 20 suits a GPU where
@@ -49,5 +50,5 @@ class HeuristicPolicy:
         else:
             self.k = max(1, outcome.k - 1)
 
-    def drain_events(self) -> list:
-        return []
+    def k_for(self, drafter: str) -> int | None:
+        return self.k if drafter == self.drafter else None

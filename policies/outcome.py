@@ -64,6 +64,10 @@ class StepOutcome:
     # draft); the adaptive policy keeps an acceptance profile per order (policies.match_gate)
     match_order: int | None = None
     match_ambiguous: bool = False  # earlier occurrences of the matched n-gram continued differently
+    # what the policy chose for this step, before the budget capped k or the match gate cut the
+    # draft (None: the caller did not say). ``drafter``/``k`` above are what the step did.
+    decided_drafter: str | None = None
+    decided_k: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.num_accepted <= self.proposed <= self.k:

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.adaptive import AdaptiveConfig, AdaptivePolicy
+from policies.base import OverridePolicy
 from policies.heuristic import HeuristicPolicy
-from policies.outcome import PLAIN, Action, StepOutcome
+from policies.outcome import PLAIN, Action
 from policies.static import StaticPolicy
 from policies.validation import check_int
 from policies.with_early_stop import MODES, WithEarlyStop
@@ -200,33 +201,6 @@ def make_policy(spec: str, drafters: Sequence[str] = (), seed: int = 0, key: str
         raise ValueError(f"{err}, in spec={spec!r}") from None
 
 
-class OverridePolicy:
-    """A request-level override around a shared policy: the action is forced, learning goes on.
-
-    Outcomes are passed to the wrapped policy, so a request forced to plain decoding still
-    refreshes the key's plain-speed estimate, and one forced to a drafter teaches its acceptance.
-    """
-
-    def __init__(self, inner, action: Action) -> None:
-        self.inner = inner
-        self.action = action
-        self.name = f"override:{inner.name}"
-
-    def decide(self) -> Action:
-        return self.action
-
-    def observe(self, outcome: StepOutcome) -> None:
-        self.inner.observe(outcome)
-
-    def drain_events(self) -> list:
-        return self.inner.drain_events() if hasattr(self.inner, "drain_events") else []
-
-    def warm_start(self, outcomes) -> bool:
-        """The wrapped controller takes the engine's step costs (costs only: safe under a forced action)."""
-        warm_start = getattr(self.inner, "warm_start", None)
-        return warm_start(outcomes) if warm_start is not None else False
-
-
 class PolicyRegistry:
     """One policy per traffic key, built from one spec; the least recently used key is dropped
     beyond ``max_keys`` (bounded memory for services with unbounded keys).
@@ -277,9 +251,9 @@ class PolicyRegistry:
             return policy
         _check_drafter(f"drafter={drafter}", drafter, self.drafters)
         if k is None:
-            if not hasattr(policy, "k_for"):
-                raise ValueError(f"k must be given to force drafter={drafter!r} on a {policy.name} policy, got k=None")
             k = policy.k_for(drafter)
+            if k is None:
+                raise ValueError(f"k must be given to force drafter={drafter!r} on a {policy.name} policy, got k=None")
         check_int("k", k, 0)
         return OverridePolicy(policy, Action(drafter, 0 if drafter == PLAIN else k))
 
@@ -294,4 +268,4 @@ class PolicyRegistry:
         """Every key's pending events (each event carries its key), oldest key first."""
         with self._lock:
             policies = list(self._policies.values())
-        return [event for p in policies if hasattr(p, "drain_events") for event in p.drain_events()]
+        return [event for p in policies for event in p.drain_events()]

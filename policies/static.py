@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from policies.outcome import PLAIN, Action, StepOutcome
+from policies.base import Policy
+from policies.outcome import PLAIN, Action
 
 
-class StaticPolicy:
+class StaticPolicy(Policy):
     """Fixed drafter and k. ``StaticPolicy("none", 0)`` is plain decoding."""
 
     name = "static"
@@ -20,8 +21,5 @@ class StaticPolicy:
     def decide(self) -> Action:
         return self.action
 
-    def observe(self, outcome: StepOutcome) -> None:
-        pass
-
-    def drain_events(self) -> list:
-        return []
+    def k_for(self, drafter: str) -> int | None:
+        return self.action.k if drafter == self.action.drafter else None

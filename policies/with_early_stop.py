@@ -15,24 +15,22 @@ from __future__ import annotations
 
 import zlib
 
-from policies.outcome import Action, StepOutcome
+from policies.base import Policy, PolicyWrapper
+from policies.outcome import StepOutcome
 
 MODES = ("learned", "threshold")
 
 
-class WithEarlyStop:
-    def __init__(self, inner, mode: str = "learned", threshold: float = 0.4, seed: int = 0) -> None:
+class WithEarlyStop(PolicyWrapper):
+    def __init__(self, inner: Policy, mode: str = "learned", threshold: float = 0.4, seed: int = 0) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got mode={mode!r}")
-        self.inner = inner
+        super().__init__(inner)
         self.mode = mode
         self.threshold = threshold
         self.seed = seed
         self.name = f"{inner.name}+early_stop={mode}"
         self._stoppers: dict = {}
-
-    def decide(self) -> Action:
-        return self.inner.decide()
 
     def observe(self, outcome: StepOutcome) -> None:
         self.inner.observe(outcome)
@@ -53,6 +51,3 @@ class WithEarlyStop:
             self._stoppers[drafter] = stopper
         return stopper
 
-    def drain_events(self) -> list:
-        drain = getattr(self.inner, "drain_events", None)
-        return drain() if drain else []

@@ -18,18 +18,18 @@ One iteration::
 
     1. admit:   move queued requests into free slots; their prefills run first (prefill-priority
                 scheduling, as vLLM's default) and give each its first token
-    2. decide:  each running sequence asks its policy for (drafter, k)
-    3. sample:  proposed and accepted per sequence from its class's acceptance profile
+    2. plan:    each running sequence's session asks its policy for (drafter, k), capped to its
+                budget, through the match gate (``policies.session``, as the engine does)
+    3. draw:    proposed and accepted per sequence from its class's acceptance profile
     4. cost:    draft_s (per drafter: batched = longest draft, unbatched = sum) + verify_s(batch,
                 widest sequence, tokens across the batch, context across the batch)
     5. advance: one SimPy timeout for the whole iteration
-    6. observe: every sequence's policy sees its StepOutcome (sharing the iteration's draft_s and
-                verify_s: a policy that measures tokens per second sees the batched cost)
+    6. finish:  every sequence's session records its StepOutcome (sharing the iteration's draft_s
+                and verify_s: a policy that measures tokens per second sees the batched cost)
 """
 
 from __future__ import annotations
 
-from policies import PLAIN, StepOutcome
 from simulator.replica import Replica
 
 
@@ -38,11 +38,12 @@ class BatchingReplica(Replica):
 
     def __init__(self, *args, max_batch: int = 8, **kwargs) -> None:
         self.max_batch = max_batch  # slots: bounded in practice by KV-cache memory
+        self.last_draft_s = self.last_verify_s = 0.0  # the current iteration's, shared by its sequences
         super().__init__(*args, **kwargs)
 
     def run(self):
-        env, cost, hooks, rand = self.env, self.cost, self.hooks, self.rand
-        running = []  # [request, policy, context_len]
+        env, cost, drafts = self.env, self.cost, self.drafts
+        running = []  # [request, session, context_len]
         while True:
             if not running and not self.queue:
                 yield from self.wait_for_work()
@@ -58,47 +59,43 @@ class BatchingReplica(Replica):
                     if request.generated >= request.output_tokens:
                         self.finish(request)
                     else:
-                        klass = self.classes[request.klass]
-                        running.append([request, self.policies.get(klass.key), request.prompt_tokens + 1])
+                        running.append([request, self.open_session(request), request.prompt_tokens + 1])
             if not running:
                 continue
-            plans = []
-            drafts: dict[str, list[int]] = {}
-            for seq in running:
-                request, policy, context = seq
-                action = policy.decide()  # 2
-                k, drafter = action.k, action.drafter
-                if k == 0 or drafter == PLAIN:
-                    plans.append((PLAIN, 0, 0, 0))
-                    continue
-                probs, hit_rate = self.acceptance.get(request.klass, drafter, k)
-                proposed = k if hit_rate >= 1.0 or rand() < hit_rate else 0  # 3
-                accepted = 0
-                while accepted < proposed and rand() < probs[accepted]:
-                    accepted += 1
-                drafts.setdefault(drafter, []).append(proposed)
-                plans.append((drafter, k, proposed, accepted))
-            batch = len(running)  # 4
-            draft_s = sum(cost.draft_s(d, max(ks), len(ks), sum(ks)) for d, ks in drafts.items())
-            widths = [p[2] + 1 for p in plans]
-            contexts = sum(seq[2] for seq in running)
-            verify_s = cost.verify_s(max(widths), contexts / batch, batch, sum(widths), contexts)
-            yield env.timeout(draft_s + verify_s)  # 5
-            still_running = []
-            for seq, (drafter, k, proposed, accepted) in zip(running, plans):  # 6
-                request, policy, context = seq
-                emitted = min(accepted + 1, request.output_tokens - request.generated)
-                outcome = StepOutcome(drafter, k, proposed, accepted, emitted, draft_s, verify_s, context,
-                                      None, self.classes[request.klass].key, env.now)
-                policy.observe(outcome)
-                hooks.on_step(outcome, batch)
-                request.generated += emitted
-                request.steps += 1
-                request.proposed += proposed
-                request.accepted += accepted
-                seq[2] = context + emitted
-                if request.generated >= request.output_tokens:
-                    self.finish(request)
-                else:
-                    still_running.append(seq)
-            running = still_running
+            steps = []
+            looked_up: dict[str, list[int]] = {}
+            for request, session, _ in running:
+                plan = session.plan(request.generated)  # 2
+                draft = drafts.draw(request.klass, session, plan)  # 3
+                if plan.k > 0:
+                    looked_up.setdefault(plan.drafter, []).append(draft.looked_up)
+                steps.append((plan, draft))
+            yield env.timeout(self.iteration_s(running, steps, looked_up))  # 4, 5
+            running = self.finish_iteration(running, steps)  # 6
+
+    def iteration_s(self, running: list, steps: list, looked_up: dict[str, list[int]]) -> float:
+        cost, batch = self.cost, len(running)
+        self.last_draft_s = sum(cost.draft_s(d, max(ks), len(ks), sum(ks)) for d, ks in looked_up.items())
+        widths = [draft.proposed + 1 for _, draft in steps]
+        contexts = sum(seq[2] for seq in running)
+        self.last_verify_s = cost.verify_s(max(widths), contexts / batch, batch, sum(widths), contexts)
+        return self.last_draft_s + self.last_verify_s
+
+    def finish_iteration(self, running: list, steps: list) -> list:
+        """Every sequence learns from the iteration; returns those still running."""
+        still_running, batch = [], len(running)
+        for seq, (plan, draft) in zip(running, steps):
+            request, session, context = seq
+            emitted = min(draft.accepted + 1, request.output_tokens - request.generated)
+            outcome = session.finish(plan, draft.proposed, draft.accepted, emitted, self.last_draft_s,
+                                     self.last_verify_s, context, first_token_right=draft.first_token_right,
+                                     match_order=draft.match_order, match_ambiguous=draft.ambiguous,
+                                     timestamp=self.env.now)
+            self.hooks.on_step(outcome, batch)
+            self.account(request, draft, emitted)
+            seq[2] = context + emitted
+            if request.generated >= request.output_tokens:
+                self.finish(request)
+            else:
+                still_running.append(seq)
+        return still_running

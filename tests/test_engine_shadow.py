@@ -2,15 +2,16 @@
 with the match order the controller's gate needs."""
 
 from adaptive_spec import SpeculativeDecoder
-from adaptive_spec.config import GenerationConfig
-from adaptive_spec.decoder import ShadowDrafts
 from adaptive_spec.drafters import NgramDrafter
 from policies.adaptive import AdaptiveConfig, AdaptivePolicy
+from policies.shadow import ShadowDrafts
 from policies.static import StaticPolicy
 from tiny import loaded, tiny_llama
 
 
 class ShadowSpy:
+    shadow_k = 4
+
     def __init__(self) -> None:
         self.calls = []
 
@@ -20,7 +21,7 @@ class ShadowSpy:
 
 def test_shadow_drafts_report_how_much_matched_and_the_match_order():
     spy = ShadowSpy()
-    shadow = ShadowDrafts([NgramDrafter()], spy, GenerationConfig(max_new_tokens=30))
+    shadow = ShadowDrafts([NgramDrafter()], spy)
     context = [1, 2, 3, 4, 5, 9, 1, 2]
     shadow.propose(context)  # [1, 2] matches: the shadow draft is [3, 4, 5, 9]
     context += [3]

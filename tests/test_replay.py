@@ -1,8 +1,5 @@
-"""benchmarks/replay.py replays greedy outputs through policies: on a static config it must take
+"""`adaptive-spec replay` (benchmarks/replay.py) replays greedy outputs through policies: on a static config it must take
 exactly the steps the engine took."""
-
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -11,9 +8,7 @@ from adaptive_spec.drafters import NgramDrafter
 from policies.static import StaticPolicy
 from tiny import loaded, tiny_llama
 
-_spec = importlib.util.spec_from_file_location("replay", Path(__file__).resolve().parents[1] / "benchmarks" / "replay.py")
-replay_tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(replay_tool)
+from benchmarks import replay as replay_tool
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3], [9, 8, 7, 6, 9, 8, 7, 6, 9, 8]]
 

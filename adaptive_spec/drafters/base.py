@@ -36,6 +36,9 @@ class Proposal:
             raise ValueError(f"probs must have one row per proposed token: {self.probs.shape[0]} != {len(self.tokens)}")
 
 
+_LOOKUP_CONFIG = GenerationConfig()
+
+
 class Drafter(ABC):
     name: str = "drafter"
     vocab_size: int | None = None  # None: proposes ids only, no distribution over a vocabulary
@@ -56,6 +59,12 @@ class Drafter(ABC):
 
     def reset(self) -> None:
         """Forget per-request state (caches). Called at the start of every generation."""
+
+    def lookup(self, context: list[int], k: int) -> tuple[list[int], int | None, bool]:
+        """A draft as shadow drafting and the replay take it (``policies.shadow``): tokens, match
+        order, ambiguous. Meant for drafters without probabilities, whose drafts ignore sampling."""
+        proposal = self.propose(context, k, _LOOKUP_CONFIG, None)
+        return proposal.tokens, proposal.match_order, proposal.match_ambiguous
 
 
 class NoDrafter(Drafter):

@@ -1,0 +1,117 @@
+"""Simulated drafts: how many tokens a drafter proposes and the verifier accepts, drawn at random.
+
+The engine drafts with a model or a lookup and verifies with the target; the simulator draws both
+from each request class's measured acceptance profile (``simulator/acceptance.py``). Everything
+around the draw - the policy's decision, the budget cap, the match gate's cut, what the policy
+learns - is the step protocol of ``policies.session``, which replicas drive exactly as the engine
+does. ``ProfileDrafts`` is the draw; a test can pass its own object with the same ``gated`` and
+``draw`` methods (a scripted stream) to a replica instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import NamedTuple
+
+from policies.session import DecodeSession, StepPlan
+from simulator.entities import RequestClass
+
+
+class Draft(NamedTuple):
+    """One simulated draft, after the gate's cut."""
+
+    proposed: int  # draft tokens verified
+    accepted: int  # of which accepted
+    match_order: int | None = None  # the kind of match a gated lookup found (None: none)
+    ambiguous: bool = False
+    first_token_right: bool = False  # for a draft the gate cut to nothing: was its first token right?
+    looked_up: int = 0  # tokens the drafter produced before the cut (what its cost is charged for)
+
+
+PLAIN_DRAFT = Draft(0, 0)
+
+
+class AcceptanceTable:
+    """(class, drafter) -> (padded per-position probabilities, hit_rate), cached for the step loop."""
+
+    def __init__(self, classes: dict[str, RequestClass], pad_to: int = 64) -> None:
+        self.classes, self.pad_to = classes, pad_to
+        self.cache: dict[tuple[str, str], tuple[tuple[float, ...], float]] = {}
+        self.match_cache: dict[tuple[str, str], tuple] = {}
+        self.kinds_cache: dict[str, dict[str, tuple]] = {}
+
+    def get(self, klass: str, drafter: str, k: int) -> tuple[tuple[float, ...], float]:
+        entry = self.cache.get((klass, drafter))
+        if entry is None or len(entry[0]) < k:
+            profile = self.classes[klass].acceptance.get(drafter)
+            if profile is None:
+                raise ValueError(
+                    f"class {klass!r} has no acceptance profile for drafter {drafter!r}, which the policy "
+                    f"chose (known: {sorted(self.classes[klass].acceptance)})"
+                )
+            entry = self.cache[(klass, drafter)] = (profile.padded(max(k, self.pad_to)), profile.hit_rate)
+        return entry
+
+    def match_kinds(self, klass: str) -> dict[str, tuple]:
+        """Drafter -> ``matches(klass, drafter)`` for the class's drafters that have match kinds."""
+        entry = self.kinds_cache.get(klass)
+        if entry is None:
+            entry = self.kinds_cache[klass] = {
+                d: self.matches(klass, d) for d, p in self.classes[klass].acceptance.items() if p.matches}
+        return entry
+
+    def matches(self, klass: str, drafter: str) -> tuple:
+        """``((cumulative share, order, ambiguous, padded per-position), ...)``; empty without kinds."""
+        entry = self.match_cache.get((klass, drafter))
+        if entry is None:
+            profile = self.classes[klass].acceptance.get(drafter)
+            kinds, total = [], 0.0
+            for kind in (profile.matches if profile is not None else ()):
+                total += kind.share
+                padded = kind.per_position + (kind.per_position[-1],) * max(self.pad_to - len(kind.per_position), 0)
+                kinds.append((total, kind.order, kind.ambiguous, padded))
+            entry = self.match_cache[(klass, drafter)] = tuple(kinds)
+        return entry
+
+
+class ProfileDrafts:
+    """Drafts drawn from the classes' acceptance profiles with ``rand`` (uniform in [0, 1)).
+
+    A drafter with match kinds in the class's profile is a lookup the policy's gate may cut: the
+    kind of match is drawn first (or none: a miss), the gate keeps a prefix, then acceptance is
+    drawn per position for that kind. Otherwise the drafter proposes ``k`` tokens with the
+    profile's hit rate and each is accepted with the per-position probability.
+    """
+
+    def __init__(self, classes: dict[str, RequestClass], rand: Callable[[], float]) -> None:
+        self.table, self.rand = AcceptanceTable(classes), rand
+
+    def gated(self, klass: str) -> Collection[str]:
+        """Drafters of ``klass`` whose drafts go through the policy's match gate."""
+        return self.table.match_kinds(klass).keys()
+
+    def draw(self, klass: str, session: DecodeSession, plan: StepPlan) -> Draft:
+        if plan.k == 0:
+            return PLAIN_DRAFT
+        rand = self.rand
+        if plan.gate is not None:
+            kinds = self.table.match_kinds(klass).get(plan.drafter)
+            u = rand()  # which kind of match, if any
+            for cumulative, order, ambiguous, probs in kinds:
+                if u < cumulative:
+                    break
+            else:
+                return PLAIN_DRAFT  # no match: the lookup ran, found nothing, a plain-cost step
+            keep = session.cut(plan, plan.k, order, ambiguous)
+            if keep == 0:  # cut: decoding still tells the gate whether its first token was right
+                return Draft(0, 0, order, ambiguous, rand() < probs[0], plan.k)
+            accepted = 0
+            while accepted < keep and rand() < probs[accepted]:
+                accepted += 1
+            return Draft(keep, accepted, order, ambiguous, False, plan.k)
+        probs, hit_rate = self.table.get(klass, plan.drafter, plan.k)
+        proposed = plan.k if hit_rate >= 1.0 or rand() < hit_rate else 0
+        accepted = 0
+        while accepted < proposed and rand() < probs[accepted]:
+            accepted += 1
+        return Draft(proposed, accepted, None, False, False, proposed)
