@@ -40,6 +40,7 @@ class StepPlan:
     k: int  # tokens to ask the drafter for: capped to the budget; the gate's max_k when gated
     gate: object | None = None  # the policy's MatchGate for this drafter, when it cuts drafts
     early_stop: object | None = None  # the policy's early stop for this drafter, when it has one
+    generated: int = 0  # tokens the request had produced when the step was planned
     # set by ``cut``: the draft's match (order, ambiguous) when the gate cut it to nothing
     skipped: tuple[int, bool] | None = None
 
@@ -82,13 +83,13 @@ class DecodeSession:
         if k <= 0:
             if context is not None and self.shadow is not None:
                 self.shadow.propose(context)
-            return StepPlan(action, action.drafter, 0)  # a step capped by the budget keeps its drafter, k = 0
+            return StepPlan(action, action.drafter, 0, generated=generated)  # capped: its drafter, k = 0
         drafter = action.drafter
         gate = self.policy.draft_gate(drafter) if drafter in self.gated else None
         if gate is not None:
             k = min(max(k, gate.max_k), room)
         stopper = self.policy.early_stop(drafter) if k > 1 and drafter in self.stoppable else None
-        return StepPlan(action, drafter, k, gate, stopper)
+        return StepPlan(action, drafter, k, gate, stopper, generated)
 
     def cut(self, plan: StepPlan, available: int, match_order: int | None = None, ambiguous: bool = False) -> int:
         """Step 2: how many of the ``available`` drafted tokens to verify (all, without a gate)."""
