@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,7 +44,8 @@ class ObserverSet:
     def __init__(self, observers: list | None = None) -> None:
         self.observers: list = list(observers or [])
         self.errors = 0  # observer failures swallowed so far
-        self._reported: set[int] = set()
+        self.errors_by_hook: Counter[str] = Counter()  # the same failures by hook ("on_step", ...)
+        self._reported: set[int] = set()  # id() of each observer already reported on the log
 
     def __bool__(self) -> bool:
         return bool(self.observers)
@@ -60,6 +62,7 @@ class ObserverSet:
                 hook(*args)
             except Exception as exc:  # noqa: BLE001 - telemetry must never break generation
                 self.errors += 1
+                self.errors_by_hook[method] += 1
                 if id(observer) not in self._reported:
                     self._reported.add(id(observer))
                     log.warning("observer %s failed in %s (%s: %s); generation continues, further failures are only counted",

@@ -42,15 +42,29 @@ def divergence_gap(model, prompt_ids, expected, got) -> float | None:
     return None
 
 
+def report_near_ties(label: str, excused: list[tuple[str, float]]) -> None:
+    """Print every divergence excused as a near-tie (shown with ``-s``; the count also lands in the assertion)."""
+    print(f"\n{label}: {len(excused)} prompt(s) diverged from plain at a near-tie")
+    for prompt, gap in excused:
+        print(f"  logit gap {gap:.2e} on {prompt[:60]!r}")
+
+
 @pytest.mark.parametrize("drafter, k", [("ngram", 8), ("int8", 4)])
 def test_smollm2_greedy_speculation_equals_plain(smollm2, smollm2_decoder, drafter, k):
     accepted = 0
+    excused = []  # (prompt, gap): outputs that differ only where the target's top two logits nearly tie
     for prompt in FOUR:
         plain = smollm2_decoder.generate(prompt, max_new_tokens=48, policy=StaticPolicy("none", 0))
         spec = smollm2_decoder.generate(prompt, max_new_tokens=48, policy=StaticPolicy(drafter, k))
         gap = divergence_gap(smollm2.model, smollm2_decoder.encode_prompt(prompt), plain.token_ids, spec.token_ids)
         assert gap is None or gap < NEAR_TIE, f"{drafter} diverged from plain with a logit gap of {gap}"
+        if gap is not None:
+            excused.append((prompt, gap))
         accepted += spec.stats.accepted_tokens
+    report_near_ties(f"{drafter} k={k}", excused)
+    # a near-tie is a rare event on any one prompt: needing the excuse on several means a real bug
+    # (a cache or position off by one) that happens to land on close logits
+    assert len(excused) <= 1, f"{len(excused)} of {len(FOUR)} prompts needed the near-tie excuse: {excused}"
     assert accepted > 0  # speculation really happened
 
 
@@ -85,6 +99,7 @@ def test_gemma3_greedy_ngram_equals_plain_past_the_sliding_window():
     spec = decoder.generate(ids, max_new_tokens=24, policy=StaticPolicy("ngram", 6))
     gap = divergence_gap(gemma.model, ids, plain.token_ids, spec.token_ids)
     assert gap is None or gap < NEAR_TIE
+    report_near_ties("gemma3 ngram k=6", [] if gap is None else [(prompt[-60:], gap)])
     assert spec.stats.accepted_tokens > 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from transformers import Gemma3TextConfig, Gemma3ForCausalLM, LlamaConfig, LlamaForCausalLM
 
@@ -54,3 +56,18 @@ def tiny_gemma3(seed: int = 0, vocab: int = 64, sliding_window: int = 4, dtype=t
 
 def loaded(model, eos: int | None = None, name: str = "tiny") -> LoadedModel:
     return LoadedModel(name=name, model=model, tokenizer=NumberTokenizer(model.config.vocab_size, eos))
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run torch on one thread, then restore the count.
+
+    These models are too small for a second thread to help, and on a loaded 2-core machine two
+    threads contending with other work made each forward 10-30x slower (a 5 s test took 170 s).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
