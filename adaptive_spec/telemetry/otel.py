@@ -53,7 +53,6 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from adaptive_spec.telemetry.recorder import event_decision
 from adaptive_spec.telemetry.tracker import SpeculationTracker
-from policies.outcome import PLAIN
 
 OPERATION = "text_completion"
 PROVIDER = "adaptive_spec"
@@ -78,12 +77,11 @@ class _Counts:
 
 
 class _Active:
-    __slots__ = ("span", "drafters", "remaining")
+    __slots__ = ("span", "drafters")
 
-    def __init__(self, span, remaining: int) -> None:
+    def __init__(self, span) -> None:
         self.span = span
         self.drafters: set[str] = set()
-        self.remaining = remaining  # tokens left in the budget, to tell a budget-capped k from a decision
 
 
 class OTelObserver:
@@ -151,7 +149,7 @@ class OTelObserver:
         span = self.tracer.start_span(f"{OPERATION} {request.model}", kind=SpanKind.INTERNAL, attributes=attributes,
                                       start_time=int(request.start_time * 1e9))
         with self._lock:
-            self._active[request.request_id] = _Active(span, getattr(cfg, "max_new_tokens", 0) - 1)
+            self._active[request.request_id] = _Active(span)
 
     def on_step(self, request, outcome, events: list) -> None:
         model, key = request.model, request.key
@@ -177,15 +175,12 @@ class OTelObserver:
             previous_k = self.tracker.state(model, key)[2]
             decisions = self.tracker.update(model, key, outcome)
             active = self._active.get(request.request_id)
-            # the decoder caps k at the tokens left minus one: such a k is the budget's, not the controller's
-            capped = active is not None and outcome.k >= active.remaining - 1
-            if active is not None:
-                active.remaining -= outcome.emitted
-                if proposed:
-                    active.drafters.add(outcome.drafter)
+            if active is not None and proposed:
+                active.drafters.add(outcome.drafter)
+            current_k = self.tracker.state(model, key)[2]
         series = {"gen_ai.request.model": model, "adaptive_spec.traffic_key": key}
-        if outcome.k and outcome.drafter != PLAIN and outcome.k != previous_k and not capped:
-            self.k_gauge.set(outcome.k, series)
+        if current_k != previous_k:  # the controller's k, before the budget or the gate changed it
+            self.k_gauge.set(current_k, series)
         for d in decisions:
             if d.kind == "speculation":
                 self.enabled_gauge.set(1 if d.value == "on" else 0, series)

@@ -2,19 +2,19 @@
 
 The policy's own state (``AdaptivePolicy.state()``) is not part of the observer hooks, and a
 static or simulated policy has none, so telemetry reads the controller's decisions off the
-``StepOutcome`` stream, the one thing every policy produces:
+``StepOutcome`` stream, the one thing every policy produces. Each step records what the policy
+decided (``decided_drafter``, ``decided_k``) before the token budget capped ``k`` or the match
+gate cut the draft, and that decision is what is tracked:
 
-- *current k*: the ``k`` of the last speculative step.
-- *active drafter*: the drafter of the last speculative step.
-- *speculation on*: at least ``on_fraction`` of the last ``window`` steps were speculative
-  (a drafter other than ``none`` with ``k > 0``). The window smooths out the adaptive guard's
-  probes: while on, it takes one plain step per 64 (1.6% plain); while off, bursts of 4
-  speculative probe steps every 8-128 plain steps (at most 33% speculative). Both stay on their
-  side of 0.5.
+- *current k*: the decided ``k`` of the last speculative step.
+- *active drafter*: the decided drafter of the last speculative step.
+- *speculation on*: at least ``on_fraction`` of the last ``window`` steps were decided
+  speculative (a drafter other than ``none`` with ``k > 0``). The window smooths out the
+  adaptive guard's probes: plain probes while speculation is on and bursts of speculative probes
+  while it is off are both a small share of a window, and stay on their side of the threshold.
 
-A step of a drafter with ``k = 0`` is neither: the decoder caps ``k`` at the tokens left in the
-budget minus one, so the last step of a request can have ``k = 0`` whatever the controller chose;
-such steps are left out of the window.
+A record without a decision (written by an older caller) counts as decided as done, except a
+drafter with ``k = 0``, which only the budget can produce and is left out.
 
 A change of either becomes a ``Decision``; the very first state of a series is reported with
 ``previous=None`` so that readers can tell an initial state from a switch.
@@ -64,8 +64,16 @@ class _SeriesState:
         self.k = 0
 
 
+def decided(outcome: StepOutcome) -> tuple[str, int]:
+    """(drafter, k) as the policy chose them for this step."""
+    if outcome.decided_drafter is not None and outcome.decided_k is not None:
+        return outcome.decided_drafter, outcome.decided_k
+    return outcome.drafter, outcome.k
+
+
 def is_speculative(outcome: StepOutcome) -> bool:
-    return outcome.k > 0 and outcome.drafter != PLAIN
+    drafter, k = decided(outcome)
+    return k > 0 and drafter != PLAIN
 
 
 class SpeculationTracker:
@@ -87,8 +95,9 @@ class SpeculationTracker:
 
     def update(self, model: str, key: str, outcome: StepOutcome) -> list[Decision]:
         """Feed one step; returns the decisions it revealed (usually none)."""
-        if outcome.k == 0 and outcome.drafter != PLAIN:
-            return []  # capped by the token budget, not a decision
+        drafter, k = decided(outcome)
+        if k == 0 and drafter != PLAIN:
+            return []  # an old record capped by the token budget, not a decision
         s = self.series.get((model, key))
         if s is None:
             s = self.series[(model, key)] = _SeriesState(self.window)
@@ -101,10 +110,10 @@ class SpeculationTracker:
         s.spec_count += spec
         out: list[Decision] = []
         if spec:
-            s.k = outcome.k
-            if outcome.drafter != s.drafter:
-                out.append(Decision(outcome.timestamp, model, key, "drafter", outcome.drafter, outcome.drafter, s.drafter))
-                s.drafter = outcome.drafter
+            s.k = k
+            if drafter != s.drafter:
+                out.append(Decision(outcome.timestamp, model, key, "drafter", drafter, drafter, s.drafter))
+                s.drafter = drafter
         if len(s.recent) >= self.min_steps:
             enabled = s.spec_count >= self.on_fraction * len(s.recent)
             if enabled != s.enabled:
