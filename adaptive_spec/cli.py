@@ -89,26 +89,44 @@ def _load_decoder(model: str, drafters: list[str], torch_device, torch_dtype, ch
     return SpeculativeDecoder(target, built, chat_template=chat_template, observers=observers)
 
 
-POLICIES = ("static", "heuristic", "adaptive")
+SHORTHANDS = ("static", "heuristic", "adaptive")
+POLICY_HELP = ("static | heuristic (over the first --drafter; static with --k) | adaptive (chooses drafter and k "
+               "every step) | a full spec: plain, static:<drafter>:<k>, heuristic:<drafter>, adaptive, each "
+               "with optional +<option>=<value> (e.g. adaptive+max_k=8, static:int8:8+early_stop=learned).")
 
 
-def _make_policy(name: str, drafters: list[str], k: int):
+def _spec_drafter(policy: str) -> str | None:
+    """The drafter a full spec names (static and heuristic), else None; malformed specs are left
+    to ``_make_policy``, which names the error."""
+    from policies.registry import parse_spec
+
+    if policy in SHORTHANDS:
+        return None
+    try:
+        parsed = parse_spec(policy)
+    except ValueError:
+        return None
+    return parsed.drafter if parsed.kind in ("static", "heuristic") else None
+
+
+def _make_policy(policy: str, drafters: list[str], k: int):
+    """The controller for ``--policy``: a shorthand, completed by ``--drafter`` and ``--k``, or a
+    full spec of ``policies/registry.py``."""
     from policies.registry import make_policy
 
-    if name not in POLICIES:
-        raise InvalidParameterError("policy", name, f"expected one of {', '.join(POLICIES)}")
-    spec = {"static": f"static:{drafters[0]}:{k}", "heuristic": f"heuristic:{drafters[0]}", "adaptive": "adaptive"}[name]
+    spec = {"static": f"static:{drafters[0]}:{k}", "heuristic": f"heuristic:{drafters[0]}",
+            "adaptive": "adaptive"}.get(policy, policy)
     try:
         return make_policy(spec, [d for d in drafters if d != "none"])
     except ValueError as exc:
-        raise InvalidParameterError("policy", spec, str(exc)) from exc
+        raise InvalidParameterError("policy", policy, str(exc)) from exc
 
 
 @app.command()
 def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="Prompt text (a chat template is applied for chat models)."),
     model: str = typer.Option("smollm2", help="smollm2 | gemma3 | a local Hugging Face folder | a hub id."),
-    policy: str = typer.Option("adaptive", help="static | heuristic | adaptive (chooses drafter and k every step)."),
+    policy: str = typer.Option("adaptive", help=POLICY_HELP),
     drafter: Optional[str] = typer.Option(None, help="Comma-separated drafters: none | ngram | int8 | model:<path>. static and heuristic use the first. Default: what the device runs, ngram,int8 on CPU, ngram on CUDA (int8 is CPU only)."),
     k: int = typer.Option(8, help="Draft length for the static policy (0 = plain decoding)."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens to generate at most."),
@@ -130,7 +148,9 @@ def generate(
     validate_draft_len(k)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or 1.0,
                            top_k=top_k, top_p=top_p, seed=seed, stop_strings=tuple(stop))
-    torch_device, torch_dtype, drafters = _runtime_and_drafters(device, dtype, drafter, "drafter")
+    # a spec that names its drafter loads it when --drafter is not given
+    torch_device, torch_dtype, drafters = _runtime_and_drafters(device, dtype, drafter or _spec_drafter(policy),
+                                                                "drafter")
     controller = _make_policy(policy, drafters, k)
     observers = _observers(telemetry)
     decoder = _load_decoder(model, drafters, torch_device, torch_dtype, chat_template, observers)

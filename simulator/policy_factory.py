@@ -71,9 +71,8 @@ class PolicyPool:
 
     def _warm(self, policy: Policy) -> Policy:
         """As the engine does for a cold controller: start from the step costs it already knows."""
-        warm_start = getattr(policy, "warm_start", None)
-        if warm_start is not None and self.warm_steps:
-            warm_start(self.warm_steps)
+        if self.warm_steps:
+            policy.warm_start(self.warm_steps)
         return policy
 
 

@@ -23,6 +23,8 @@ def test_every_command_is_mounted():
     (["generate", "--prompt", "hi", "--temperature", "-1"], "temperature"),
     (["generate", "--prompt", "hi", "--k", "99"], "k"),
     (["generate", "--prompt", "hi", "--policy", "greedy-ish"], "policy"),
+    (["generate", "--prompt", "hi", "--policy", "adaptive+max_k=0"], "policy"),
+    (["generate", "--prompt", "hi", "--policy", "static:ngram:4+early_stop=sometimes"], "policy"),
     (["generate", "--prompt", "hi", "--telemetry", "bogus"], "telemetry"),
     (["bench", "--prompts", "nope.jsonl"], "prompts"),
     (["bench", "--prompts", "benchmarks/engine.jsonl", "--configs", "static:ngram:x"], "configs"),
@@ -48,3 +50,16 @@ def test_replay_hands_every_argument_to_the_script(monkeypatch):
     result = runner.invoke(app, ["replay", "result.json", "prompts.jsonl", "--draws", "3", "--help"])
     assert result.exit_code == 0, result.output
     assert seen == [["result.json", "prompts.jsonl", "--draws", "3", "--help"]]
+
+
+def test_generate_takes_a_shorthand_or_a_full_spec():
+    from adaptive_spec.cli import _make_policy, _spec_drafter
+
+    assert _make_policy("static", ["int8", "ngram"], 3).decide() == _make_policy("static:int8:3", ["int8"], 8).decide()
+    assert _make_policy("heuristic", ["ngram"], 8).decide().drafter == "ngram"
+    assert _make_policy("adaptive+max_k=6", ["ngram"], 8).config.max_k == 6
+    assert _make_policy("plain", ["ngram"], 8).decide().k == 0
+    assert _make_policy("static:int8:8+early_stop=learned", ["int8"], 8).name == "static+early_stop=learned"
+    # a spec naming its drafter loads that drafter when --drafter is not given
+    assert [_spec_drafter(p) for p in ("static", "adaptive+max_k=4", "heuristic:model:/m", "static:int8:2")] == \
+        [None, None, "model:/m", "int8"]
