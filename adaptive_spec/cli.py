@@ -42,7 +42,7 @@ def _setup_runtime(device: str, dtype: str):
     return torch.device(device), getattr(torch, dtype)
 
 
-TELEMETRY_HELP = ("sqlite | sqlite:PATH | prometheus:PORT | otlp | off, comma-separated to combine. Default: the embedded "
+TELEMETRY_HELP = ("sqlite | sqlite:PATH | prometheus:[HOST:]PORT (HOST default 127.0.0.1; 0.0.0.0 = all interfaces) | otlp | off, comma-separated to combine. Default: the embedded "
                   "SQLite store at $ADAPTIVE_SPEC_TELEMETRY_DB or ~/.local/share/adaptive-spec/telemetry.sqlite.")
 
 
