@@ -80,20 +80,22 @@ def main(argv: list[str] | None = None) -> None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), getattr(args, side)],
                            check=True)
         try:
-            rounds = []
+            rounds, machine = [], None
             for r in range(args.rounds):
                 order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
                 runs = {}
                 for side in order:
                     print(f"round {r + 1}/{args.rounds}: {side}", flush=True)
-                    runs[side] = summarise(run_bench(trees[side], args, Path(tmp) / f"{side}-{r}.json"))
+                    run = run_bench(trees[side], args, Path(tmp) / f"{side}-{r}.json")
+                    machine = machine or run.get("machine")
+                    runs[side] = summarise(run)
                 rounds.append(runs)
         finally:
             for tree in trees.values():
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
     names = args.configs.split(",")
     result = {"before": args.before, "after": args.after, "prompts": str(args.prompts), "max_new_tokens": args.max_new_tokens,
-              "rounds": rounds, "comparison": compare(rounds, names)}
+              "machine": machine, "rounds": rounds, "comparison": compare(rounds, names)}
     print(f"{'config':24s} {'before/plain by round':>28s} {'after/plain by round':>28s} {'after/before median [range]':>30s}")
     for name, c in result["comparison"].items():
         before = " ".join(f"{x:.3f}" for x in c["before_vs_plain"])
