@@ -4,10 +4,10 @@ What a step costs is a property of the engine and the machine (the target's forw
 length, each drafter's time per token), shared by every traffic key; how often drafts are accepted
 is a property of the traffic. A controller for a new traffic key (or a new policy object passed to
 ``generate``) would otherwise learn the costs from scratch: one plain step to measure plain speed,
-and one try of every drafter whose cost it does not know. Measured on SmolLM2 on a 2-core CPU,
-that try of the int8 self-draft costs ~0.1-0.15 s per cold controller (it catches up on the whole
-prompt, then drafts at ~23 ms a token against a ~36 ms target step, where the n-gram lookup it
-displaces costs ~0.3 ms), a tenth of a short copy-heavy request.
+and one try of every drafter whose cost it does not know. On a CPU the try of a model drafter is
+dear: it catches up on the whole prompt, then drafts each token at a sizeable fraction of a
+target step, where the n-gram lookup it displaces costs next to nothing; on a short request that
+is a visible share of the request's time.
 
 ``StepCostMemory`` keeps the last few steps at every verified length and of every drafter, so a
 cold controller's cost model (``AdaptivePolicy.warm_start``) starts from measurements instead of

@@ -38,13 +38,7 @@ UNKNOWN_DATE = "unknown date"
 PROMPTS = {"shift.json": "benchmarks/shift.jsonl", "workloads.json": "benchmarks/workloads.jsonl",
            "workloads_rounds3.json": "benchmarks/workloads.jsonl", "engine.json": "benchmarks/engine.jsonl"}
 # files in benchmarks/results/ that are not reported, and why
-NOT_REPORTED = {
-    "shift_disturbed.json": "a run of the shift stream disturbed by other load, with an older controller, on "
-                            "another machine (see its `machine.platform`); `shift.json` is the run reported",
-    "replay_shift.json": "a replay of an earlier `shift.json`, not of the run now in that file; "
-                         "rerun `adaptive-spec replay benchmarks/results/shift.json benchmarks/shift.jsonl "
-                         "--draws 20` to report it",
-}
+NOT_REPORTED: dict[str, str] = {}
 
 
 def load(results_dir: Path, name: str) -> dict:
@@ -309,6 +303,32 @@ def telemetry_section(results_dir: Path, dates: dict | None) -> str:
         provenance(results_dir, ["telemetry_overhead.json"], dates, command_hooks, machine_line(hooks))])
 
 
+def refactor_section(results_dir: Path, dates: dict | None) -> str:
+    data = load(results_dir, "refactor_ab.json")
+    before, after = data["before"][:7], data["after"][:7]
+    rows = []
+    for name, c in data["comparison"].items():
+        if name == "plain":
+            continue
+        lo, hi = c["range_after_over_before"]
+        rows.append([f"`{name}`", " ".join(f"{x:.2f}×" for x in c["before_vs_plain"]),
+                     " ".join(f"{x:.2f}×" for x in c["after_vs_plain"]),
+                     f"{c['median_after_over_before']:.2f} [{lo:.2f}, {hi:.2f}]",
+                     "yes" if c["all_equal_plain"] else "**no**"])
+    prompts = Path(data["prompts"]).name
+    what = (f"The same `bench` run on two revisions of the engine, `{before}` and `{after}`, alternated round by "
+            f"round ({len(data['rounds'])} rounds, [`{prompts}`]({prompts}), {data['max_new_tokens']} new tokens). "
+            "Each revision is measured by its ratio to `plain` in the same run, so the machine's drift cancels; "
+            "a median ratio of ratios near 1, its range straddling 1, means no change beyond the noise.")
+    header = ["config", f"`{before}` × plain, by round", f"`{after}` × plain, by round",
+              "after / before, median [range]", "all outputs equal plain"]
+    command = (f".venv/bin/python -m benchmarks.compare_revisions --before {before} --after {after} "
+               f"--configs {','.join(data['comparison'])} --rounds {len(data['rounds'])} "
+               "--out benchmarks/results/refactor_ab.json")
+    return "\n\n".join(["## The step-protocol refactor against the engine before it", what, table(header, rows),
+                        provenance(results_dir, ["refactor_ab.json"], dates, command, machine_line(data))])
+
+
 def not_reported_section(results_dir: Path) -> str:
     present = [n for n in NOT_REPORTED if (Path(results_dir) / n).exists()]
     if not present:
@@ -351,6 +371,7 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         HEADER,
         bench_section(results_dir, "shift.json", "Shifting traffic", SHIFT, dates),
         timeline_section(results_dir, dates),
+        replay_section(results_dir, "replay_shift.json", dates),
         bench_section(results_dir, "workloads.json", "Per workload", WORKLOADS, dates),
         bench_section(results_dir, "workloads_rounds3.json", "Per workload, median of rounds", ROUNDS, dates),
         replay_section(results_dir, "replay_workloads.json", dates),
@@ -359,6 +380,7 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         telemetry_section(results_dir, dates),
         validation_section(results_dir, ["sim_validation.json", "sim_validation_adaptive.json"], dates),
         simulator_speed_section(results_dir, dates),
+        refactor_section(results_dir, dates),
         not_reported_section(results_dir),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"

@@ -78,8 +78,8 @@ class AdaptiveConfig:
     # beyond that the cost line extrapolates and KV rollback grows
     max_k: int = 16
     # acceptance forgets with a 16-step half-life: ~23 effective steps (+-0.1 on a rate of 0.6 at
-    # k = 1, far tighter at k = 8). Measured on SmolLM2, acceptance moves with every request
-    # (a copy-heavy prompt accepts 0.9, the next open-ended one 0.05), so a controller that takes
+    # k = 1, far tighter at k = 8). Acceptance moves with every request (a copy-heavy prompt
+    # accepts most drafts, the next open-ended one almost none), so a controller that takes
     # 50+ steps to notice spends a whole request on the wrong k
     acceptance_half_life_steps: float = 16.0
     # at a request start the key's acceptance evidence is scaled down to this many draft-token
@@ -92,8 +92,8 @@ class AdaptiveConfig:
     shrink_weight: float = 8.0
     # costs drift slower than acceptance (machine load, context length): 100-step half-life
     cost_half_life_steps: float = 100.0
-    # verify prior, in units of a plain step: 1.5 + 0.05 k, a little cheaper than the 1.8-2.5x
-    # measured on a 2-core CPU, so that speculation gets tried; one measured step replaces it
+    # verify prior, in units of a plain step: 1.5 + 0.05 k, a little cheaper than verifying costs
+    # on a small CPU (policies/costs.py), so that speculation gets tried; one measured step replaces it
     verify_prior_intercept: float = 1.5
     verify_prior_slope: float = 0.05
     # how hard the cost-line slopes are pulled to their prior, in (draft tokens)^2 x steps:
@@ -108,17 +108,17 @@ class AdaptiveConfig:
     # plain steps, so a probe could never show a recovered drafter winning; k = 4 can show 2.5x
     probe_min_k: int = 4
     # "learned" (SGD logistic regression), "threshold" (transformers' 0.4 rule) or "off"
-    # Default "threshold": measured on SmolLM2 with the int8 self-draft at k = 8 (benchmarks/
-    # workloads.jsonl), transformers' 0.4 rule lifted tokens/s from 0.55x to 0.92x plain while the
-    # learned model (15.8 vs 15.6 tok/s without early stop) did not measurably help: it is opt-in
+    # Default "threshold": on the workloads of benchmarks/ it lifted the int8 self-draft a long way
+    # towards plain speed, while the learned model did not measurably help over no early stop
+    # (benchmarks/RESULTS.md): the learned model is opt-in
     early_stop: str = "threshold"
     # the probability below which drafting stops (q for "threshold", P(accept) for "learned")
     early_stop_threshold: float = 0.4
     # cut n-gram drafts to the goodput-optimal length for their match order (policies.match_gate)
     match_gate: bool = True
     # the gate's request-level lift is shrunk toward 1 by this many pseudo draft positions
-    # (benchmarks/replay.py on the shift stream: 1 -> +12.0%, 2 -> +12.0%, 4 -> +11.7% over the best
-    # static; without the lift +9.8%)
+    # (chosen with benchmarks/replay.py on the shift stream, where 1, 2 and 4 did alike and all
+    # beat no lift)
     match_lift_weight: float = 2.0
     guard: GuardConfig = field(default_factory=GuardConfig)
     detector: DetectorConfig = field(default_factory=DetectorConfig)
@@ -364,9 +364,9 @@ class AdaptivePolicy(Policy):
         must not be compared with plain steps run before it. A step that verified no draft (a
         lookup that found nothing) is its own reference: a plain forward plus the draft's cost.
         Otherwise plain steps of the last few dozen steps (``RECENT_PLAIN_HALF_LIFE``), else the
-        cost model's longer-run ``plain_s``. (Replayed with the spells of the workloads run,
-        benchmarks/replay.py --draws: a copy request that began in a slow spell turned the
-        guard off against the earlier plain speed, and ran at 0.98x the best static config.)"""
+        cost model's longer-run ``plain_s``. (Replayed with the spells of a workloads run,
+        benchmarks/replay.py --draws: against the longer-run plain speed, a copy request that began
+        in a slow spell turned the guard off and fell behind the best static config.)"""
         if outcome.proposed == 0 and outcome.verify_s > 0:
             return 1.0 / outcome.verify_s
         plain_s = self._recent_plain.value
@@ -377,8 +377,8 @@ class AdaptivePolicy(Policy):
     def start_request(self) -> None:
         """A new request of this traffic key begins (called by the engine before its first step).
 
-        Acceptance depends on the prompt far more than on time: on SmolLM2 prompt lookup accepts
-        ~0.9 on a copy request and ~0.05 on the next open-ended one. The key's profiles are kept
+        Acceptance depends on the prompt far more than on time: prompt lookup accepts most drafts
+        on a copy request and almost none on the next open-ended one. The key's profiles are kept
         as the prior but softened to ``request_prior_trials`` trials, so each request's own
         acceptance takes over within a few steps instead of a half-life."""
         for profile in self.profiles.values():
