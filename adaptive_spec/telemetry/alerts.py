@@ -29,7 +29,9 @@ writer thread, the CLI and the dashboard all reach the same verdict):
     check over ``for_s``, both sides holding ``min_tokens``; resolves when ``spec <= ratio * plain``.
 
 A firing alert whose series has no rows left in the lookback resolves ("no traffic").
-Transitions go to the ``alerts`` table and, when configured, to a webhook (``webhook.py``).
+Transitions go to the ``alerts`` table and, when configured, to a webhook (``webhook.py``): a
+notifier with ``record`` writes the notification in the same transaction as the alert rows, so a
+transition is never stored as done while its notification is lost (``outbox.py``).
 """
 
 from __future__ import annotations
@@ -273,16 +275,24 @@ class AlertEvaluator:
 
     def __init__(self, rules: AlertRules | None = None, notifier=None) -> None:
         self.rules = rules or AlertRules()
-        self.notifier = notifier  # anything with .notify(list[Transition]); must not block
+        # a durable notifier (record(conn, transitions, now) + wake(), the webhook), or anything
+        # with .notify(list[Transition]) that must not block, told after the commit
+        self.notifier = notifier
 
     __name__ = "alert-evaluator"
 
-    def evaluate_path(self, path: str | Path, now: float) -> list[Transition]:
-        conn = store.connect(path)
+    def evaluate_path(self, path: str | Path, now: float, timeout_s: float = 0.5) -> list[Transition]:
+        conn = store.connect(path, timeout_s=timeout_s)
         try:
             return self(conn, now)
         finally:
             conn.close()
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Let the notifier send what is pending (bounded by its own exit flush), then stop it."""
+        close = getattr(self.notifier, "close", None)
+        if close is not None:
+            close(timeout_s)
 
     def __call__(self, conn: sqlite3.Connection, now: float) -> list[Transition]:
         since = now - self.rules.lookback_s
@@ -316,11 +326,16 @@ class AlertEvaluator:
             for series, row in firing.items():
                 if series not in seen:
                     transitions.append(self._resolve(conn, row, now, None, "no traffic in the lookback"))
+            durable = hasattr(self.notifier, "record")
+            if transitions and durable:
+                self.notifier.record(conn, transitions, now)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            store.rollback(conn)
             raise
-        if transitions and self.notifier is not None:
+        if transitions and durable:
+            self.notifier.wake()
+        elif transitions and self.notifier is not None:
             self.notifier.notify(transitions)
         return transitions
 

@@ -10,7 +10,9 @@ Mount them in the main app::
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Optional
@@ -42,6 +44,18 @@ def _store(db: Optional[Path]) -> Path:
     return path
 
 
+@contextmanager
+def _store_errors(path: Path, hint: str = ""):
+    """Whatever is wrong with the store becomes one error naming --db (``access.py``'s list)."""
+    from adaptive_spec.telemetry.access import classify
+
+    try:
+        yield
+    except (sqlite3.Error, OSError) as exc:  # access.StoreError is an sqlite3.Error
+        error = classify(path, exc)
+        raise InvalidParameterError("db", str(path), error.reason + (hint if error.kind == "locked" else "")) from None
+
+
 def _window(window: str) -> float:
     from adaptive_spec.telemetry.summary import parse_window
 
@@ -64,7 +78,9 @@ def summary_command(
     """Acceptance, mean acceptance length, tokens/s and TTFT/TPOT percentiles per model and drafter."""
     from adaptive_spec.telemetry.summary import summary
 
-    rows = summary(_store(db), _window(window))
+    path, window_s = _store(db), _window(window)
+    with _store_errors(path):
+        rows = summary(path, window_s)
     if as_json:
         print(json.dumps([r.to_dict() for r in rows]))
         return
@@ -87,15 +103,25 @@ def alerts_command(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list of alert rows."),
 ) -> None:
     """Firing and recent alerts (acceptance collapse, speculation off, TPOT regression)."""
+    from adaptive_spec.telemetry import access
     from adaptive_spec.telemetry.alerts import AlertEvaluator
     from adaptive_spec.telemetry.store import read_alerts
 
     path = _store(db)
     now = time.time()
     since = now - _window(window)
-    if evaluate:
-        AlertEvaluator().evaluate_path(path, now)
-    rows = [r for r in read_alerts(path) if r["state"] == "firing" or (r["resolved_at"] or 0) >= since]
+    with _store_errors(path, hint="; --no-evaluate lists the recorded alerts without the write lock"):
+        # first as a reader: a foreign, incomplete or locked store is one error before anything is written
+        access.open_reader(path, ("alerts", "intervals", "decisions")).close()
+        if evaluate:
+            try:
+                AlertEvaluator().evaluate_path(path, now, timeout_s=access.LOCK_TIMEOUT_S)
+            except (sqlite3.Error, OSError) as exc:
+                if access.classify(path, exc).kind != "readonly":
+                    raise
+                Console(stderr=True).print(f"note: {path} cannot be written here: listing the alerts recorded, "
+                                           "without evaluating the rules now", markup=False, highlight=False, soft_wrap=True)
+        rows = [r for r in read_alerts(path) if r["state"] == "firing" or (r["resolved_at"] or 0) >= since]
     rows.sort(key=lambda r: (r["state"] != "firing", -r["fired_at"]))
     if as_json:
         print(json.dumps(rows))

@@ -6,7 +6,9 @@ Specs, comma-separated to combine (``sqlite:/var/lib/spec.db,prometheus:9464``):
     sqlite:PATH          the embedded store at PATH; options after '?', e.g.
                          sqlite:/tmp/t.db?steps=1&interval_s=0.5&max_age_days=3&max_rows=100000
                              &alerts_every_s=15&webhook=http://127.0.0.1:9000/hook
-    prometheus:PORT      OpenTelemetry metrics on http://0.0.0.0:PORT/metrics (prometheus:HOST:PORT to bind one address)
+    prometheus:PORT      OpenTelemetry metrics on http://127.0.0.1:PORT/metrics: this machine only
+    prometheus:HOST:PORT ... on HOST: 0.0.0.0 (every interface: lets other machines scrape), an
+                         address of this machine, or [::1]-style IPv6
     otlp                 OpenTelemetry spans and metrics over OTLP, configured by the standard
                          OTEL_EXPORTER_OTLP_* / OTEL_SERVICE_NAME variables; needs
                          opentelemetry-exporter-otlp (imported only for this spec)
@@ -14,8 +16,10 @@ Specs, comma-separated to combine (``sqlite:/var/lib/spec.db,prometheus:9464``):
 
 Default store path: ``$ADAPTIVE_SPEC_TELEMETRY_DB``, else ``telemetry.sqlite`` in the user data
 directory (``platformdirs.user_data_dir("adaptive-spec")``, e.g. ``~/.local/share/adaptive-spec/``
-on Linux). The sqlite store also runs the alert evaluator every ``alerts_every_s`` (0: never) in its
-writer thread, and posts transitions to ``webhook`` (or ``$ADAPTIVE_SPEC_ALERT_WEBHOOK``).
+on Linux); directories it creates are private (0700), as is a new store file (0600). The sqlite
+store also runs the alert evaluator every ``alerts_every_s`` (0: never) in its writer thread, and
+posts transitions to ``webhook`` (or ``$ADAPTIVE_SPEC_ALERT_WEBHOOK``), durably: notifications wait
+in the store until delivered, and the next run with alerts on sends what an earlier one left.
 
 A bad spec raises ``InvalidParameterError("telemetry", spec, reason)``, before any model loads.
 """
@@ -31,6 +35,8 @@ from adaptive_spec.errors import InvalidParameterError
 
 DEFAULT_SPEC = "sqlite"
 FORMS = "sqlite[:PATH[?options]], prometheus:[HOST:]PORT, otlp, off (comma-separated to combine)"
+# metrics name the deployment's models and traffic keys: served to this machine unless asked
+PROMETHEUS_DEFAULT_HOST = "127.0.0.1"
 SQLITE_OPTIONS = ("steps", "interval_s", "max_age_days", "max_rows", "alerts_every_s", "queue_size", "webhook")
 _prometheus_servers: dict[tuple[str, int], object] = {}
 _prometheus_observer = None  # one per process: its reader is registered in prometheus_client's registry
@@ -96,7 +102,11 @@ def parse_spec(spec: str) -> list:
                 raise bad(f"prometheus needs a port, got {rest!r}") from None
             if not 1 <= port <= 65535:
                 raise bad(f"port must be in [1, 65535], got {port}")
-            out.append(PrometheusSpec(host or "0.0.0.0", port))
+            if host.startswith("[") and host.endswith("]"):
+                host = host[1:-1]  # [::1]:9464
+            if host and (any(c in host for c in "/[]@ ") or (":" in host and not rest.startswith("["))):
+                raise bad(f"prometheus host {host!r} is not an address (IPv6: prometheus:[::1]:PORT)")
+            out.append(PrometheusSpec(host or PROMETHEUS_DEFAULT_HOST, port))
         elif kind == "otlp" and not rest:
             out.append(OtlpSpec())
         else:
@@ -137,9 +147,11 @@ def build_recorder(part: SqliteSpec, spec: str = ""):
     queue_size = int(_float_option(spec, o, "queue_size", 10_000, 1))
     webhook_url = o.get("webhook") or os.environ.get("ADAPTIVE_SPEC_ALERT_WEBHOOK")
     try:
-        notifier = WebhookNotifier(WebhookConfig(webhook_url)) if webhook_url else None
+        config = WebhookConfig(webhook_url) if webhook_url else None
     except ValueError as exc:
         raise InvalidParameterError("telemetry", spec, str(exc)) from None
+    # its outbox is the store itself; without the evaluator there is nothing to send
+    notifier = WebhookNotifier(config, part.path) if config and alerts_every_s else None
     writer = WriterConfig(queue_size=queue_size, periodic_every_s=alerts_every_s or 1e9,
                           retention=Retention(max_age_days * 86400.0, max_rows))
     recorder = StoreRecorder(part.path, RecorderConfig(interval_s=interval_s, step_rows=steps in ("1", "true"), writer=writer))
@@ -161,7 +173,8 @@ def build_prometheus_observer(parts: list[PrometheusSpec]):
             try:
                 _prometheus_servers[(p.host, p.port)] = start_http_server(p.port, addr=p.host)
             except OSError as exc:
-                raise InvalidParameterError("telemetry", f"prometheus:{p.port}", f"cannot listen on {p.host}:{p.port} ({exc})") from None
+                raise InvalidParameterError("telemetry", f"prometheus:{p.host}:{p.port}",
+                                            f"cannot listen on {p.host}:{p.port} ({exc})") from None
     # the reader registers with prometheus_client's default registry, which start_http_server serves;
     # a second reader would register every metric twice, so the process shares one observer
     global _prometheus_observer

@@ -12,6 +12,8 @@ Tables (the full schema, with every column's meaning, is in ``SCHEMA.md`` next t
 - ``decisions`` controller decisions seen from the outside: speculation on/off, drafter switches,
   acceptance-collapse events raised by the policy's change detector.
 - ``alerts``    alert lifecycles written by ``alerts.AlertEvaluator``: firing -> resolved.
+- ``notifications`` the webhook's outbox (``outbox.py``): a payload per batch of alert
+  transitions, pending until the receiver answers 2xx, kept across restarts.
 
 Rates are never stored, only counters; readers derive them (vLLM's definitions)::
 
@@ -21,7 +23,8 @@ Rates are never stored, only counters; readers derive them (vLLM's definitions):
 
 Writing is the background writer's job (``writer.py``): only it holds a connection for writing,
 and it writes in batches (one transaction per flush, WAL journal, ``synchronous=NORMAL``: no
-fsync per row). Reading is safe from any process while a writer runs (WAL).
+fsync per row). Reading is safe from any process while a writer runs (WAL). Opening, and the
+errors of opening (read-only storage, locks, files that are not a store), is ``access.py``'s job.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+from adaptive_spec.telemetry import access
+
+SCHEMA_VERSION = 2  # 2: the notifications table (a version-1 store gains it when a writer opens it)
 
 # column order is the order of the tuples the recorder queues; keep both in step
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -52,7 +57,10 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "decisions": ("run_id", "time", "model", "key", "kind", "drafter", "value", "previous", "detail"),
 }
 
+# one transaction: a store is created whole or not at all (statement by statement, a full disk
+# left stores with only some of their tables)
 _DDL = """
+BEGIN;
 CREATE TABLE IF NOT EXISTS schema_info (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, request_id INTEGER NOT NULL, model TEXT NOT NULL,
@@ -83,11 +91,20 @@ CREATE TABLE IF NOT EXISTS alerts (
     state TEXT NOT NULL, fired_at REAL NOT NULL, resolved_at REAL, value REAL, threshold REAL,
     message TEXT, updated_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS alerts_state ON alerts (state, rule);
+CREATE TABLE IF NOT EXISTS notifications (
+    id INTEGER PRIMARY KEY, url TEXT NOT NULL, state TEXT NOT NULL, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL, next_attempt_at REAL NOT NULL, attempts INTEGER NOT NULL,
+    delivered_at REAL, last_error TEXT, summary TEXT NOT NULL, payload TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS notifications_due ON notifications (url, state, id);
+COMMIT;
 """
 
 # the time column retention ages each table by
 TIME_COLUMN = {"requests": "end_time", "intervals": "end_time", "steps": "time", "decisions": "time",
-               "alerts": "updated_at"}
+               "alerts": "updated_at", "notifications": "updated_at"}
+# rows retention never deletes: an alert while it fires, a notification until it is delivered or
+# given up (their number is bounded by the webhook's queue_size per receiver)
+KEEP = {"alerts": "state = 'firing'", "notifications": "state = 'pending'"}
 
 
 @dataclass(frozen=True)
@@ -110,22 +127,44 @@ class Retention:
 def connect(path: str | Path, timeout_s: float = 0.5, create: bool = True) -> sqlite3.Connection:
     """Open (and with ``create``, initialise) the store; a short busy timeout so a lock never stalls.
 
-    ``check_same_thread=False``: the writer opens it once and keeps it in its own thread; the
-    alert evaluator and the retention job run in that same thread.
+    ``create``: read-write, creating the file and directories privately (``access.open_writer``);
+    otherwise read-only (``access.open_reader``), raising ``access.StoreError`` on a missing,
+    foreign or incomplete store. ``check_same_thread=False``: the writer opens it once and keeps
+    it in its own thread; the alert evaluator and the retention job run in that same thread.
     """
-    path = Path(path)
-    if create:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    elif not path.exists():
-        raise FileNotFoundError(f"telemetry store not found: {path}")
-    conn = sqlite3.connect(str(path), timeout=timeout_s, check_same_thread=False, isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    if create:
+    if not create:
+        return access.open_reader(path)
+    conn = access.open_writer(path, timeout_s)
+    try:
         conn.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor the writer them
         conn.execute("PRAGMA synchronous=NORMAL")  # fsync at checkpoints only, not per transaction
-        conn.executescript(_DDL)
+        try:
+            conn.executescript(_DDL)
+        except BaseException:
+            rollback(conn)
+            raise
         conn.execute("INSERT OR IGNORE INTO schema_info VALUES ('version', ?)", (str(SCHEMA_VERSION),))
+        # never lowered: an older writer on a newer store leaves the newer version in place
+        conn.execute("UPDATE schema_info SET value = ? WHERE name = 'version' AND CAST(value AS INTEGER) < ?",
+                     (str(SCHEMA_VERSION), SCHEMA_VERSION))
+    except BaseException:
+        conn.close()
+        raise
     return conn
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """End a failed transaction without hiding why it failed.
+
+    On some errors (a full disk, an I/O error) SQLite has already rolled the transaction back
+    itself; a ROLLBACK then raises "cannot rollback - no transaction is active", which used to
+    replace the real cause in the log. So: only when one is open, and never raising.
+    """
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # the caller re-raises the error that made the transaction fail
 
 
 def write_batch(conn: sqlite3.Connection, batch: list[tuple[str, tuple]]) -> int:
@@ -140,7 +179,7 @@ def write_batch(conn: sqlite3.Connection, batch: list[tuple[str, tuple]]) -> int
             conn.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows)
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback(conn)
         raise
     return len(batch)
 
@@ -148,21 +187,22 @@ def write_batch(conn: sqlite3.Connection, batch: list[tuple[str, tuple]]) -> int
 def apply_retention(conn: sqlite3.Connection, retention: Retention, now: float | None = None) -> int:
     """Delete rows older than ``max_age_s`` and beyond ``max_rows`` per table (oldest first).
 
-    Firing alerts are kept whatever their age: an alert must not vanish while it still holds.
+    Firing alerts and pending notifications are kept whatever their age (``KEEP``): an alert must
+    not vanish while it still holds, nor a notification before it was delivered or given up.
     Returns the number of rows deleted.
     """
     now = time.time() if now is None else now
     deleted = 0
     for table, column in TIME_COLUMN.items():
-        keep_firing = " AND state != 'firing'" if table == "alerts" else ""
+        keep = f" AND NOT ({KEEP[table]})" if table in KEEP else ""
         if retention.max_age_s is not None:
-            deleted += conn.execute(f"DELETE FROM {table} WHERE {column} < ?{keep_firing}",
+            deleted += conn.execute(f"DELETE FROM {table} WHERE {column} < ?{keep}",
                                     (now - retention.max_age_s,)).rowcount
         if retention.max_rows is not None:
             # ids grow with insertion order, so the newest max_rows rows have the highest ids
             deleted += conn.execute(
                 f"DELETE FROM {table} WHERE id <= (SELECT id FROM {table} ORDER BY id DESC LIMIT 1 OFFSET ?)"
-                f"{keep_firing}", (retention.max_rows,)).rowcount
+                f"{keep}", (retention.max_rows,)).rowcount
     return deleted
 
 
@@ -170,6 +210,7 @@ def apply_retention(conn: sqlite3.Connection, retention: Retention, now: float |
 
 def _read(path: str | Path, table: str, since: float | None, until: float | None, where: str = "",
           params: tuple = ()) -> list[dict]:
+    """Rows of ``table``, read-only: ``access.StoreError`` (one line) when the store is unusable."""
     column = TIME_COLUMN[table]
     clauses, args = [], []
     if since is not None:
@@ -182,11 +223,7 @@ def _read(path: str | Path, table: str, since: float | None, until: float | None
         clauses.append(where)
         args.extend(params)
     sql = f"SELECT * FROM {table}" + (" WHERE " + " AND ".join(clauses) if clauses else "") + f" ORDER BY {column}, id"
-    conn = connect(path, create=False)
-    try:
-        return [dict(row) for row in conn.execute(sql, args)]
-    finally:
-        conn.close()
+    return access.read_query(path, sql, args, (table,))
 
 
 def read_requests(path: str | Path, since: float | None = None, until: float | None = None) -> list[dict]:

@@ -13,7 +13,7 @@ Nothing here may break generation. Each failure is reported once on the log and 
 - the store cannot be opened (unwritable path): ``open_errors``; rows are dropped, and opening is
   retried every ``reopen_every_s`` in case the path becomes writable;
 - a write fails (database locked past its 0.5 s busy timeout, disk full): the batch is dropped,
-  ``write_errors`` and ``dropped_errors``;
+  ``write_errors`` and ``dropped_errors``; the log names SQLite's own error (``SQLITE_FULL``);
 - a periodic job raises: ``job_errors``.
 """
 
@@ -113,11 +113,24 @@ class BackgroundWriter:
         return self._flushed.wait(timeout_s)
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Write what is queued, run the periodic jobs once more, and stop the thread."""
+        """Write what is queued, run the periodic jobs once more, stop the thread, then close the
+        jobs that have a ``close`` (the alert evaluator: its webhook's bounded exit flush)."""
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join(timeout_s)
+        if self not in _live:
+            return  # closed already
         _live.discard(self)
+        for job in self.jobs:
+            close = getattr(job, "close", None)
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as exc:  # noqa: BLE001 - closing telemetry must not break the caller
+                self.stats.job_errors += 1
+                self._report(f"close:{getattr(job, '__name__', job)}", "telemetry job %s failed to close (%s)",
+                             getattr(job, "__name__", job), _describe(exc))
 
     # -- writer thread --------------------------------------------------------------------------
 
@@ -133,8 +146,8 @@ class BackgroundWriter:
             except (OSError, sqlite3.Error) as exc:
                 self.stats.open_errors += 1
                 self._next_open = time.monotonic() + self.config.reopen_every_s
-                self._report("open", "telemetry store %s cannot be opened (%s: %s); telemetry rows are dropped, "
-                             "generation continues", self.path, type(exc).__name__, exc)
+                self._report("open", "telemetry store %s cannot be opened (%s); telemetry rows are dropped, "
+                             "generation continues", self.path, _describe(exc))
         return self._conn
 
     def _write(self, batch: list) -> None:
@@ -150,8 +163,8 @@ class BackgroundWriter:
             except sqlite3.Error as exc:
                 self.stats.write_errors += 1
                 self.stats.dropped_errors += len(batch)
-                self._report("write", "telemetry store %s write failed (%s: %s); the batch is dropped, "
-                             "generation continues", self.path, type(exc).__name__, exc)
+                self._report("write", "telemetry store %s write failed (%s); the batch is dropped, "
+                             "generation continues", self.path, _describe(exc))
         batch.clear()
 
     def _run_jobs(self, retention: bool) -> None:
@@ -165,8 +178,8 @@ class BackgroundWriter:
                 job(conn, now)
             except Exception as exc:  # noqa: BLE001 - a failing job must not stop the writer
                 self.stats.job_errors += 1
-                self._report(f"job:{getattr(job, '__name__', job)}", "telemetry job %s failed (%s: %s)",
-                             getattr(job, "__name__", job), type(exc).__name__, exc)
+                self._report(f"job:{getattr(job, '__name__', job)}", "telemetry job %s failed (%s)",
+                             getattr(job, "__name__", job), _describe(exc))
 
     def _run(self) -> None:
         cfg = self.config
@@ -198,6 +211,12 @@ class BackgroundWriter:
                     self._conn.close()
                     self._conn = None
                 return
+
+
+def _describe(exc: BaseException) -> str:
+    """``OperationalError (SQLITE_FULL): database or disk is full``: the cause, with SQLite's code."""
+    code = getattr(exc, "sqlite_errorname", None)
+    return f"{type(exc).__name__}{f' ({code})' if code else ''}: {exc}"
 
 
 _live: weakref.WeakSet[BackgroundWriter] = weakref.WeakSet()
