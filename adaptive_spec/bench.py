@@ -10,12 +10,10 @@ Aggregate ``tokens_per_s`` is total new tokens / total wall seconds (not a mean 
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -27,17 +25,11 @@ from adaptive_spec.drafters import build_drafter
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.hf_peers import HF_PEERS, HFPeer
 from adaptive_spec.models import LoadedModel
+from adaptive_spec.prompts import Prompt, load_prompts  # noqa: F401 (re-exported: bench's prompt files)
 from policies.base import Policy
 from policies.registry import make_policy, parse_spec
 
 ADAPTIVE_DRAFTERS = ("ngram", "int8")  # what `adaptive` may choose from in the benchmark
-
-
-@dataclass
-class Prompt:
-    id: str
-    prompt: str
-    kind: str = "default"
 
 
 @dataclass
@@ -47,21 +39,6 @@ class BenchConfig:
     make_policy: Callable[[], Policy] | None = None  # engine configs
     peer: str | None = None  # transformers configs
     policy: Policy | None = field(default=None, repr=False)  # one long-lived instance per run
-
-
-def load_prompts(path: str | Path) -> list[Prompt]:
-    prompts = []
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            prompts.append(Prompt(id=str(row["id"]), prompt=row["prompt"], kind=row.get("kind", "default")))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidParameterError("prompts", f"{path}:{lineno}", f"each line needs JSON with 'id' and 'prompt' ({exc})") from exc
-    if not prompts:
-        raise InvalidParameterError("prompts", str(path), "no prompts in file")
-    return prompts
 
 
 def parse_config(name: str) -> BenchConfig:
@@ -101,6 +78,10 @@ def run_bench(
     service that sees the same traffic again."""
     if not (isinstance(rounds, int) and rounds >= 1):
         raise InvalidParameterError("rounds", rounds, "must be an integer >= 1")
+    ids = [p.id for p in prompts]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:  # outputs are compared with plain's by id: a repeated id compares two prompts
+        raise InvalidParameterError("prompts", repeated, "duplicate ids; each prompt needs its own")
     configs = [parse_config(name) for name in config_names]
     if "plain" not in config_names:
         configs.insert(0, parse_config("plain"))  # the reference every output is compared with

@@ -1,5 +1,5 @@
 """The ``adaptive-spec`` command line: generate, bench, demo, calibrate, validate-sim, replay, and the
-mounted ``telemetry``, ``alerts`` and ``simulate`` commands.
+mounted ``serve``, ``telemetry``, ``alerts`` and ``simulate`` commands.
 
 Layers load only what they need: this module imports neither torch nor transformers at the top,
 so ``simulate``, ``telemetry`` and ``alerts`` run without them; each engine command imports the
@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from adaptive_spec.errors import AdaptiveSpecError, InvalidParameterError
+from adaptive_spec.preflight import (check_drafters, check_model_cache, check_positive_int, check_prompt_text, check_seed,
+                                     check_writable, read_prompts, reworded)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   help="Lossless speculative decoding with a self-tuning controller.")
@@ -52,16 +54,6 @@ def _observers(spec: str) -> list:
     return build_observers(spec)
 
 
-def _check_prompts_file(path: Path) -> None:
-    if not path.is_file():
-        raise InvalidParameterError("prompts", str(path), "file not found")
-
-
-def _check_positive_int(name: str, value: int) -> None:
-    if value < 1:
-        raise InvalidParameterError(name, value, "must be >= 1")
-
-
 def _split(names: str) -> list[str]:
     return [n.strip() for n in names.split(",") if n.strip()]
 
@@ -69,24 +61,40 @@ def _split(names: str) -> list[str]:
 def _runtime_and_drafters(device: str, dtype: str, drafters: str | None, name: str):
     """The torch device and dtype, then the drafters to load there: the device's default set when
     ``drafters`` is None, else the given ones, refused at once (before any model loads) if the
-    device cannot run one (``int8`` on CUDA). ``name`` is the option, for the error."""
+    device cannot run one (``int8`` on CUDA), is unknown, or is a model that is not there.
+    ``name`` is the option, for the error."""
     from adaptive_spec.drafters import default_drafters
 
     torch_device, torch_dtype = _setup_runtime(device, dtype)
     given = None if drafters is None else (_split(drafters) or ["none"])
-    return torch_device, torch_dtype, default_drafters(torch_device.type, given, name)
+    chosen = default_drafters(torch_device.type, given, name)
+    check_drafters(chosen, name)
+    return torch_device, torch_dtype, chosen
 
 
 def _load_decoder(model: str, drafters: list[str], torch_device, torch_dtype, chat_template: bool | None,
-                  observers: list | None = None):
+                  observers: list | None = None, drafter_option: str = "drafters"):
     from adaptive_spec.decoder import SpeculativeDecoder
     from adaptive_spec.drafters import build_drafter
     from adaptive_spec.models import load_model
 
+    check_model_cache(model)
     with err.status(f"loading {model} ..."):
         target = load_model(model, device=torch_device, dtype=torch_dtype)
-        built = [build_drafter(d, target) for d in dict.fromkeys(drafters) if d != "none"]
-    return SpeculativeDecoder(target, built, chat_template=chat_template, observers=observers)
+        built = []
+        for spec in dict.fromkeys(drafters):
+            if spec == "none":
+                continue
+            try:
+                built.append(build_drafter(spec, target))
+            except AdaptiveSpecError as exc:  # a drafter model's errors name `model`: name the option given
+                raise reworded(exc, drafter_option, spec) from exc
+    try:
+        return SpeculativeDecoder(target, built, chat_template=chat_template, observers=observers)
+    except InvalidParameterError as exc:
+        if exc.name != "drafter":
+            raise
+        raise reworded(exc, drafter_option, exc.value) from exc
 
 
 SHORTHANDS = ("static", "heuristic", "adaptive")
@@ -124,7 +132,7 @@ def _make_policy(policy: str, drafters: list[str], k: int):
 
 @app.command()
 def generate(
-    prompt: str = typer.Option(..., "--prompt", "-p", help="Prompt text (a chat template is applied for chat models)."),
+    prompt: str = typer.Option(..., "--prompt", "-p", help="Prompt text (a chat template is applied for chat models). Text that is not valid UTF-8 is rejected, not replaced."),
     model: str = typer.Option("smollm2", help="smollm2 | gemma3 | a local Hugging Face folder | a hub id."),
     policy: str = typer.Option("adaptive", help=POLICY_HELP),
     drafter: Optional[str] = typer.Option(None, help="Comma-separated drafters: none | ngram | int8 | model:<path>. static and heuristic use the first. Default: what the device runs, ngram,int8 on CPU, ngram on CUDA (int8 is CPU only)."),
@@ -133,7 +141,7 @@ def generate(
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples (exact rejection sampling)."),
     top_k: int = typer.Option(0, "--top-k", help="Keep the k most likely tokens (0 = off)."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass in (0, 1]."),
-    seed: Optional[int] = typer.Option(None, help="Sampler seed."),
+    seed: Optional[int] = typer.Option(None, help="Sampler seed, an integer in [0, 2**64 - 1]."),
     stop: list[str] = typer.Option([], "--stop", help="Stop string (repeatable)."),
     chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template", help="Apply the model's chat template (default: when it has one)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N."),
@@ -145,6 +153,7 @@ def generate(
     """Generate a completion with speculative decoding."""
     from adaptive_spec.config import GenerationConfig, validate_draft_len
 
+    check_prompt_text("prompt", prompt)
     validate_draft_len(k)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=temperature > 0, temperature=temperature or 1.0,
                            top_k=top_k, top_p=top_p, seed=seed, stop_strings=tuple(stop))
@@ -153,7 +162,7 @@ def generate(
                                                                 "drafter")
     controller = _make_policy(policy, drafters, k)
     observers = _observers(telemetry)
-    decoder = _load_decoder(model, drafters, torch_device, torch_dtype, chat_template, observers)
+    decoder = _load_decoder(model, drafters, torch_device, torch_dtype, chat_template, observers, "drafter")
     if stream and not as_json:
         for piece in decoder.stream(prompt, cfg, policy=controller):
             print(piece, end="", flush=True)
@@ -172,7 +181,7 @@ def generate(
 
 @app.command()
 def bench(
-    prompts: Path = typer.Option(..., "--prompts", help="JSONL with id, prompt, optional kind."),
+    prompts: Path = typer.Option(..., "--prompts", help="JSONL, one object a line: id (unique), prompt (UTF-8 text), optional kind."),
     configs: str = typer.Option("plain,static:ngram:8,hf-plain,hf-prompt-lookup", help="Comma-separated configs: plain, static:<drafter>:<k>, heuristic:<drafter>, adaptive, hf-plain, hf-prompt-lookup, hf-assisted-int8."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
     model: str = typer.Option("smollm2"),
@@ -185,29 +194,31 @@ def bench(
     rounds: int = typer.Option(1, "--rounds", help="Run the interleaved sequence this many times; each (config, prompt) reports its median round."),
 ) -> None:
     """Run configs side by side on the same prompts (greedy) and compare with plain decoding."""
-    from adaptive_spec.bench import load_prompts, markdown_table, parse_config, render_table, run_bench
+    from adaptive_spec.bench import markdown_table, parse_config, render_table, run_bench
     from adaptive_spec.models import load_model
+    from adaptive_spec.outputs import write_json_atomic
 
-    _check_positive_int("max_new_tokens", max_new_tokens)
-    _check_positive_int("rounds", rounds)
-    _check_prompts_file(prompts)
+    # everything that can fail without the model fails now, not after the run
+    check_positive_int("max_new_tokens", max_new_tokens)
+    check_positive_int("rounds", rounds)
+    rows = read_prompts(prompts)
+    check_writable(out, "out")
     names = [c.strip() for c in configs.split(",") if c.strip()]
     for name in names:
-        parse_config(name)  # fail before loading anything
-    rows = load_prompts(prompts)
+        check_drafters(parse_config(name).drafters, "configs", name)
     observers = _observers(telemetry)
     torch_device, torch_dtype = _setup_runtime(device, dtype)
+    check_model_cache(model)
     with err.status(f"loading {model} ..."):
         target = load_model(model, device=torch_device, dtype=torch_dtype)
     with err.status("benchmarking ...") as status:
         result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: status.update(f"benchmarking {msg}"),
                            record_steps=steps, observers=observers, rounds=rounds)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    Console(width=200).print(render_table(result))
+    Console(width=200).print(render_table(result))  # before the file: a failed write loses no result
     if markdown:
         print(markdown_table(result))
-    err.print(f"wrote {out}")
+    write_json_atomic(out, result, "out")
+    err.print(f"wrote {out}", soft_wrap=True)
 
 
 @app.command()
@@ -259,21 +270,21 @@ def calibrate(
     dtype: str = typer.Option("float32"),
 ) -> None:
     """Time prefill, verify and drafting on this device and measure acceptance: a simulator profile."""
-    from adaptive_spec.bench import load_prompts
     from adaptive_spec.calibrate import calibrate as run_calibration
+    from adaptive_spec.outputs import write_json_atomic
 
-    _check_positive_int("repeats", repeats)
-    _check_positive_int("max_new_tokens", max_new_tokens)
-    _check_prompts_file(prompts)
+    check_positive_int("repeats", repeats)
+    check_positive_int("max_new_tokens", max_new_tokens)
+    rows = read_prompts(prompts)
+    check_writable(out, "out")
     torch_device, torch_dtype, names = _runtime_and_drafters(device, dtype, drafters, "drafters")
-    rows = load_prompts(prompts)
     decoder = _load_decoder(model, names, torch_device, torch_dtype, None)
     with err.status("calibrating ...") as status:
         profile = run_calibration(decoder, rows, repeats, max_new_tokens, progress=lambda m: status.update(f"calibrating: {m}"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(profile, indent=1))
     plain = next(v["seconds"] for v in profile["verify"] if v["tokens"] == 1)
-    err.print(f"plain step {plain * 1000:.1f} ms; acceptance classes: {', '.join(profile['acceptance'])}; wrote {out}")
+    err.print(f"plain step {plain * 1000:.1f} ms; acceptance classes: {', '.join(profile['acceptance'])}", soft_wrap=True)
+    write_json_atomic(out, profile, "out")
+    err.print(f"wrote {out}", soft_wrap=True)
 
 
 @app.command("validate-sim")
@@ -285,7 +296,7 @@ def validate_sim(
     requests: int = typer.Option(40, help="Requests in the trace."),
     output_tokens: int = typer.Option(64, "--output-tokens", help="Token budget per request (end of sequence stops "
                                       "it earlier; the simulator replays the lengths the engine produced)."),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="Seeds the trace and the simulator, an integer in [0, 2**64 - 1]."),
     model: str = typer.Option("smollm2"),
     drafters: Optional[str] = typer.Option(None, help="Comma-separated drafters the engine loads. Default: what the device runs, ngram,int8 on CPU, ngram on CUDA."),
     device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N."),
@@ -294,30 +305,31 @@ def validate_sim(
     """Run one seeded open-loop workload on the real engine and in the simulator; compare latency and throughput."""
     from rich.table import Table
 
-    from adaptive_spec.bench import load_prompts
+    from adaptive_spec.outputs import write_json_atomic
     from benchmarks.sim_validation import compare, make_trace, run_real, simulate_trace, summarize_real
-
-    if rate <= 0:
-        raise InvalidParameterError("rate", rate, "must be > 0")
-    _check_positive_int("requests", requests)
-    _check_positive_int("output_tokens", output_tokens)
-    if not profile.exists():
-        raise InvalidParameterError("profile", str(profile), "file not found; run `adaptive-spec calibrate` first")
-    _check_prompts_file(prompts)
     from policies.registry import make_policy
 
+    if not rate > 0:  # also refuses nan
+        raise InvalidParameterError("rate", rate, "must be > 0")
+    check_positive_int("requests", requests)
+    check_positive_int("output_tokens", output_tokens)
+    check_seed(seed)
+    if not profile.exists():
+        raise InvalidParameterError("profile", str(profile), "file not found; run `adaptive-spec calibrate` first")
+    rows = read_prompts(prompts)
+    check_writable(out, "out")
     torch_device, torch_dtype, names = _runtime_and_drafters(device, "float32", drafters, "drafters")
     try:
         make_policy(policy, [d for d in names if d != "none"])  # fail before loading the model
     except ValueError as exc:
         raise InvalidParameterError("policy", policy, str(exc)) from exc
-    rows = load_prompts(prompts)
+    sim_profile = _check_simulator_inputs(profile, rows, policy, seed)
     decoder = _load_decoder(model, names, torch_device, torch_dtype, None)
     trace = make_trace(decoder, rows, rate, requests, output_tokens, seed)
     with err.status("serving the trace on the real engine ...") as status:
         served = run_real(decoder, trace, policy, progress=lambda m: status.update(f"real engine: {m}"))
     measured = summarize_real(served)
-    predicted = simulate_trace(served, str(profile), policy, seed)  # what was served, at the lengths produced
+    predicted = simulate_trace(served, sim_profile, policy, seed)  # what was served, at the lengths produced
     table = Table(title=f"simulator vs real engine · {requests} requests · Poisson {rate}/s · {policy}")
     for col in ("metric", "measured", "predicted", "error"):
         table.add_column(col, justify="right" if col != "metric" else "left")
@@ -325,10 +337,28 @@ def validate_sim(
     for row in comparison:
         table.add_row(row["metric"], f"{row['measured']:.3f}", f"{row['predicted']:.3f}", f"{row['error']:+.1%}")
     Console(width=120).print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"policy": policy, "rate": rate, "requests": requests, "seed": seed, "profile": str(profile),
-                               "comparison": comparison, "measured": measured, "predicted": predicted, "served": served}, indent=1))
-    err.print(f"wrote {out}")
+    write_json_atomic(out, {"policy": policy, "rate": rate, "requests": requests, "seed": seed, "profile": str(profile),
+                            "comparison": comparison, "measured": measured, "predicted": predicted, "served": served}, "out")
+    err.print(f"wrote {out}", soft_wrap=True)
+
+
+def _check_simulator_inputs(profile: Path, rows: list, policy: str, seed: int):
+    """The loaded profile, once the simulator has replayed a two-token request of every class with
+    it: a profile without the policy's drafter or a class fails now, not after the real run."""
+    from benchmarks.sim_validation import simulate_trace
+    from simulator.profile import load_profile
+
+    try:
+        loaded = load_profile(profile)
+    except (OSError, ValueError) as exc:
+        raise InvalidParameterError("profile", str(profile), str(exc)) from exc
+    probe = [{"arrival_s": float(i), "class": kind, "prompt_tokens": 8, "output_tokens": 2}
+             for i, kind in enumerate(sorted({r.kind for r in rows}))]
+    try:
+        simulate_trace(probe, loaded, policy, seed)
+    except (KeyError, ValueError) as exc:
+        raise InvalidParameterError("profile", str(profile), f"the simulator cannot replay this workload with it ({exc})") from exc
+    return loaded
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
@@ -341,7 +371,10 @@ def replay(ctx: typer.Context) -> None:
 
 def _mount_subcommands() -> None:
     from adaptive_spec.telemetry.cli import alerts_command, telemetry_app
+    from adaptive_spec.server.cli import serve
     from simulator.cli import app as simulate_app
+
+    app.command("serve")(serve)
 
     app.add_typer(telemetry_app, name="telemetry", help="Read the telemetry store: summary per model and drafter.")
     app.command("alerts", help="Firing and recent alerts from the telemetry store.")(alerts_command)
@@ -351,13 +384,30 @@ def _mount_subcommands() -> None:
 _mount_subcommands()
 
 
+def _print_error(message: str) -> None:
+    """One line on stderr whatever the terminal's width, piped or not: a log or a script reads an
+    error as a line. The message is text, not markup."""
+    line = " ".join(message.split("\n"))
+    err.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+
+
 def main() -> None:
     try:
-        app()
+        # not standalone: typer's own errors come back here instead of its boxed panel, which wraps
+        # at 80 columns when stderr is not a terminal
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # click's errors: usage, bad values, missing options
+        if type(exc).__name__ != "NoArgsIsHelpError":  # for a bare command typer has printed its help
+            ctx = getattr(exc, "ctx", None)
+            _print_error(exc.format_message() + (f" (see '{ctx.command_path} --help')" if ctx is not None else ""))
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        _print_error("aborted")
+        sys.exit(1)
     except AdaptiveSpecError as exc:
-        # one line whatever the terminal's width; the message is text, not markup
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        _print_error(str(exc))
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

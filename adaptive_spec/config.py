@@ -6,7 +6,9 @@ import math
 from dataclasses import dataclass, field
 
 from adaptive_spec.errors import InvalidParameterError
+from adaptive_spec.prompts import UTF8_RULE, text_problem
 
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes 64 bits
 MAX_DRAFT_LEN = 64  # verifying more tokens than this in one pass never paid off on any device we measured
 
 
@@ -39,11 +41,32 @@ def validate_generation(cfg: GenerationConfig) -> None:
         raise InvalidParameterError("top_k", cfg.top_k, "must be an integer >= 0 (0 disables it)")
     if not _finite(cfg.top_p) or not 0.0 < cfg.top_p <= 1.0:
         raise InvalidParameterError("top_p", cfg.top_p, "must be in (0, 1]")
-    if cfg.seed is not None and (isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int)):
-        raise InvalidParameterError("seed", cfg.seed, "must be an integer or None")
+    if cfg.seed is not None:
+        validate_seed(cfg.seed)
     for stop in cfg.stop_strings:
         if not isinstance(stop, str) or not stop:
             raise InvalidParameterError("stop_strings", cfg.stop_strings, "must be non-empty strings")
+        if text_problem(stop):  # it could never match the decoded text
+            raise InvalidParameterError("stop_strings", stop, f"{text_problem(stop)}; {UTF8_RULE}")
+
+
+def validate_seed(seed: int, name: str = "seed") -> int:
+    """A seed torch's generators take as it is: 64 bits, not negative (torch would alias a
+    negative seed to seed + 2**64, and anything wider fails deep inside the sampler)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise InvalidParameterError(name, seed, "must be an integer in [0, 2**64 - 1]")
+    return seed
+
+
+def context_overflow(prompt_tokens: int, max_new_tokens: int, context: int) -> InvalidParameterError:
+    """The error for a request that does not fit the model's context: it names the prompt when the
+    prompt alone leaves no room for one new token (no max_new_tokens would help), else
+    max_new_tokens, with the most that fits."""
+    if prompt_tokens >= context:
+        return InvalidParameterError("prompt", f"<{prompt_tokens} tokens>", f"the prompt alone fills the model's context of "
+                                     f"{context} tokens, leaving no room to generate; shorten it")
+    return InvalidParameterError("max_new_tokens", max_new_tokens, f"prompt ({prompt_tokens} tokens) + max_new_tokens exceeds "
+                                 f"the model's context of {context}; at most {context - prompt_tokens} fit after this prompt")
 
 
 def validate_draft_len(k: int) -> int:

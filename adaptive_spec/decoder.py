@@ -18,12 +18,13 @@ from typing import Generator
 import torch
 
 from adaptive_spec.cached_lm import CachedLM
-from adaptive_spec.config import GenerationConfig, validate_draft_len
+from adaptive_spec.config import GenerationConfig, context_overflow, validate_draft_len
 from adaptive_spec.cost_memory import StepCostMemory
 from adaptive_spec.drafters.base import Drafter, NoDrafter, Proposal
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.models import LoadedModel
 from adaptive_spec.observers import ObserverSet, RequestInfo
+from adaptive_spec.prompts import check_prompt_text
 from adaptive_spec.result import GenerationResult, GenerationStats
 from adaptive_spec.sampling import logits_to_probs, sample
 from adaptive_spec.verifier import Verdict, rejection_sample, verify_greedy
@@ -82,8 +83,7 @@ class SpeculativeDecoder:
 
     def encode_prompt(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
-            if not prompt.strip():
-                raise InvalidParameterError("prompt", prompt, "must be non-empty text")
+            check_prompt_text("prompt", prompt)  # non-empty, valid UTF-8: the tokenizer raises deep inside on a lone surrogate
             if self.chat_template:
                 encoded = self.tokenizer.apply_chat_template(
                     [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
@@ -192,9 +192,7 @@ class SpeculativeDecoder:
                       request: RequestInfo | None) -> Generator[list[int], None, GenerationResult]:
         limit = self.target_model.max_context
         if len(prompt_ids) + cfg.max_new_tokens > limit:
-            raise InvalidParameterError(
-                "max_new_tokens", cfg.max_new_tokens, f"prompt ({len(prompt_ids)} tokens) + max_new_tokens exceeds the model's context of {limit}"
-            )
+            raise context_overflow(len(prompt_ids), cfg.max_new_tokens, limit)
         generator = None
         if not cfg.greedy:
             generator = torch.Generator(device=self.device)

@@ -11,6 +11,7 @@ class InvalidParameterError(AdaptiveSpecError, ValueError):
     def __init__(self, name: str, value: object, reason: str) -> None:
         self.name = name
         self.value = value
+        self.reason = reason
         super().__init__(f"invalid {name}={value!r}: {reason}")
 
 
