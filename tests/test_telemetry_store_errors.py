@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from adaptive_spec import InvalidParameterError
-from adaptive_spec.telemetry import access, store
+from adaptive_spec.telemetry import store
 from adaptive_spec.telemetry.cli import alerts_command, telemetry_app
 from adaptive_spec.telemetry.writer import BackgroundWriter
 
@@ -63,7 +63,8 @@ def store_path(tmp_path):
 
 @pytest.fixture
 def short_lock_timeout(monkeypatch):
-    monkeypatch.setattr(access, "LOCK_TIMEOUT_S", 0.3)
+    """Commands wait out a lock for LOCK_TIMEOUT_S before they say so; short here, for speed."""
+    monkeypatch.setattr("adaptive_spec.telemetry.access.LOCK_TIMEOUT_S", 0.3)
 
 
 # -- not SQLite ------------------------------------------------------------------------------------
@@ -112,6 +113,8 @@ def test_alerts_on_read_only_storage_lists_without_evaluating(store_path):
 
 
 def test_reader_falls_back_to_immutable_only_when_read_only_cannot_open(store_path, monkeypatch):
+    from adaptive_spec.telemetry import access
+
     seen = []
     real = sqlite3.connect
 

@@ -12,8 +12,10 @@ Modules, one concept each:
 - ``tracker``   speculation on/off, active drafter and k, read off the step stream
 - ``writer``    bounded queue + background thread: batches, retention, periodic jobs
 - ``store``     schema, batch inserts, retention, readers
+- ``access``    opening it: private directories, read-only readers, one error per way it fails
 - ``otel``      OpenTelemetry spans (GenAI conventions) and metrics (GenAI + vLLM-style counters)
-- ``alerts``    rule evaluator over the store; ``webhook`` its Alertmanager-style POSTs
+- ``alerts``    rule evaluator over the store; ``webhook`` its Alertmanager-style POSTs, sent
+  durably from ``outbox`` (the store's ``notifications`` table)
 - ``summary``   acceptance and latency per model and drafter; ``cli`` the commands
 
 OpenTelemetry is imported only by ``otel`` and ``spec`` (for prometheus/otlp specs).
