@@ -1,0 +1,271 @@
+"""The OpenAI-compatible HTTP app: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``,
+``/health``, ``/version`` and ``/metrics``.
+
+``create_app(load, model_name)`` returns a FastAPI app that loads its decoder in the background
+(``/health`` answers 503 until it is ready) and serves it through one ``EngineWorker``. Requests
+are parsed and tokenized on the event loop; every forward runs on the worker's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from adaptive_spec.config import context_overflow
+from adaptive_spec.errors import InvalidParameterError
+from adaptive_spec.prompts import check_prompt_text
+from adaptive_spec.server import protocol, responses
+from adaptive_spec.server.errors import APIError, error_body, install_handlers
+from adaptive_spec.server.metrics import ServerMetrics
+from adaptive_spec.server.worker import EngineWorker, Job
+
+log = logging.getLogger("adaptive_spec.server")
+
+
+@dataclass(frozen=True)
+class Settings:
+    api_key: str | None = None
+    max_queue: int = 64  # jobs waiting for the engine; one more is a 429
+    max_body_bytes: int = 1 << 20
+    chat_max_tokens: int = 512  # a chat request without max_tokens: this, or what the context leaves
+    grace_s: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
+    disconnect_poll_s: float = 0.25  # how often a non-streamed request checks that its client is there
+
+
+class Service:
+    """What the routes share: the decoder once loaded, its worker, the settings and the counters."""
+
+    def __init__(self, load: Callable, model_name: str, settings: Settings, version: str) -> None:
+        self.model_name, self.settings, self.version = model_name, settings, version
+        self.decoder = None
+        self.worker: EngineWorker | None = None
+        self.load_error: str | None = None
+        self.draining = False
+        self.metrics = ServerMetrics(lambda: self.worker.depth if self.worker else 0)
+        self._load = load
+
+    def start(self) -> None:
+        threading.Thread(target=self._load_in_background, name="adaptive-spec-load", daemon=True).start()
+
+    def _load_in_background(self) -> None:
+        try:
+            decoder = self._load()
+        except Exception as exc:  # reported by /health; the process keeps running for the operator to see
+            log.exception("loading the model failed")
+            self.load_error = str(exc)
+            return
+        self.decoder = decoder
+        self.worker = EngineWorker(decoder, self.settings.max_queue)
+
+    @property
+    def status(self) -> str:
+        if self.draining:
+            return "draining"
+        if self.load_error:
+            return "failed"
+        return "ok" if self.worker is not None else "loading"
+
+    def drain(self) -> bool:
+        """Refuse new requests (503) and let the admitted ones finish within the grace period."""
+        self.draining = True
+        return self.worker.drain(self.settings.grace_s) if self.worker else True
+
+    def ready_worker(self) -> EngineWorker:
+        if self.draining:
+            raise APIError(503, "the server is shutting down; retry on another replica", code="draining")
+        if self.worker is None:
+            reason = f"the model failed to load: {self.load_error}" if self.load_error else "the model is loading"
+            raise APIError(503, f"{reason}; retry shortly", code="not_ready", headers={"Retry-After": "1"})
+        return self.worker
+
+
+def create_app(load: Callable, model_name: str, settings: Settings | None = None, version: str = "") -> FastAPI:
+    service = Service(load, model_name, settings or Settings(), version or _version())
+
+    async def lifespan(app: FastAPI):
+        service.start()
+        yield
+        if service.worker is not None:
+            service.drain()
+            service.worker.stop()
+
+    app = FastAPI(title="adaptive-spec", version=service.version, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.service = service
+    install_handlers(app)
+
+    @app.middleware("http")
+    async def count(request: Request, call_next):
+        response = await call_next(request)
+        route = request.scope.get("route")
+        service.metrics.request(request.method, getattr(route, "path", "unmatched"), response.status_code)
+        return response
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        status = service.status
+        return JSONResponse({"status": status}, status_code=200 if status == "ok" else 503)
+
+    @app.get("/version")
+    async def version() -> dict:
+        return {"version": service.version}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        body, content_type = service.metrics.exposition()
+        return PlainTextResponse(body, media_type=content_type)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict:
+        _authorize(request, service.settings)
+        return {"object": "list", "data": [{"id": service.model_name, "object": "model", "created": 0,
+                                            "owned_by": "adaptive-spec"}]}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await _generate(request, service, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await _generate(request, service, chat=True)
+
+    return app
+
+
+async def _generate(request: Request, service: Service, chat: bool):
+    _authorize(request, service.settings)
+    body = await _read_body(request, service.settings.max_body_bytes)
+    parsed = protocol.parse(protocol.ChatRequest if chat else protocol.CompletionRequest, body)
+    if parsed.model is not None and parsed.model != service.model_name:
+        raise APIError(404, f"model {parsed.model!r} is not served here; served: {service.model_name!r}",
+                       param="model", code="model_not_found")
+    worker = service.ready_worker()
+    prompt_ids = _encode(service.decoder, parsed, chat)
+    default_max = protocol.COMPLETIONS_DEFAULT_MAX_TOKENS
+    context = service.decoder.target_model.max_context
+    if chat:
+        default_max = max(1, min(service.settings.chat_max_tokens, context - len(prompt_ids)))
+    config = protocol.generation_config(parsed, default_max)
+    if len(prompt_ids) + config.max_new_tokens > context:
+        name = "max_completion_tokens" if parsed.max_completion_tokens is not None else "max_tokens"
+        raise APIError.from_invalid(context_overflow(len(prompt_ids), config.max_new_tokens, context),
+                                    {"max_new_tokens": name, "prompt": "messages" if chat else "prompt"})
+    key = request.headers.get("x-traffic-key") or parsed.user or request.url.path
+    job = Job(prompt_ids, config, key, protocol.speculation_overrides(parsed), asyncio.get_running_loop())
+    worker.submit(job)
+    request_id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
+    if parsed.stream:
+        include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+        return StreamingResponse(_stream(job, request_id, service.model_name, chat, include_usage),
+                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    result = await _wait(job, request, service.settings.disconnect_poll_s)
+    build = responses.chat_completion if chat else responses.completion
+    return build(request_id, service.model_name, result, job)
+
+
+def _authorize(request: Request, settings: Settings) -> None:
+    if settings.api_key is None:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), settings.api_key.encode()):
+        raise APIError(401, "a valid API key is required: 'Authorization: Bearer <key>'", code="invalid_api_key")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    too_big = APIError(413, f"the request body exceeds {limit} bytes", code="body_too_large")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_big
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > limit:
+            raise too_big
+    return bytes(body)
+
+
+def _encode(decoder, parsed, chat: bool) -> list[int]:
+    """Token ids of the prompt: a completion's text as it is, a chat through the model's template."""
+    tokenizer = decoder.tokenizer
+    try:
+        if chat:
+            if getattr(tokenizer, "chat_template", None) is None:
+                raise APIError(400, "this model has no chat template; use /v1/completions", param="messages")
+            messages = []
+            for i, message in enumerate(parsed.messages):
+                check_prompt_text(f"messages.{i}.content", message.text())
+                messages.append({"role": "system" if message.role == "developer" else message.role,
+                                 "content": message.text()})
+            encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+            return list(ids[0] if ids and isinstance(ids[0], list) else ids)
+        if isinstance(parsed.prompt, str):
+            check_prompt_text("prompt", parsed.prompt)
+            return list(tokenizer(parsed.prompt)["input_ids"])
+        return decoder.encode_prompt(parsed.prompt)
+    except InvalidParameterError as exc:
+        raise APIError.from_invalid(exc) from None
+
+
+async def _wait(job: Job, request: Request, poll_s: float):
+    """The job's result; a client that disconnects cancels it."""
+    while True:
+        try:
+            kind, value = await asyncio.wait_for(job.events.get(), poll_s)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                job.cancelled.set()
+                raise APIError(499, "client disconnected") from None
+            continue
+        if kind == "done":
+            return value
+        if kind == "error":
+            raise value
+
+
+async def _stream(job: Job, request_id: str, model: str, chat: bool, include_usage: bool) -> AsyncIterator[str]:
+    """Server-sent events: text chunks, a final chunk with the finish reason, usage if asked, [DONE].
+    A failure after the stream started is sent as an error event, then [DONE]."""
+    first, finished = True, False
+    try:
+        while True:
+            kind, value = await job.events.get()
+            if kind == "text":
+                yield _event(responses.chunk(request_id, model, chat, value, first=first))
+                first = False
+            elif kind == "done":
+                yield _event(responses.chunk(request_id, model, chat, "" if first and chat else None,
+                                             responses.FINISH[value.finish_reason], first=first))
+                if include_usage:
+                    yield _event(responses.usage_chunk(request_id, model, chat, value, job))
+                break
+            else:
+                yield _event(value.body() if isinstance(value, APIError) else error_body(500, "internal error"))
+                break
+        finished = True
+        yield "data: [DONE]\n\n"
+    finally:
+        if not finished:  # the client went away mid-stream: stop decoding for nobody
+            job.cancelled.set()
+
+
+def _event(payload: dict) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("adaptive-spec")
+    except PackageNotFoundError:
+        return "unknown"

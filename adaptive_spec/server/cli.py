@@ -1,0 +1,66 @@
+"""``adaptive-spec serve``: the OpenAI-compatible server on one model."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+import typer
+
+from adaptive_spec.errors import InvalidParameterError
+
+
+def serve(
+    model: str = typer.Option("smollm2", help="smollm2 | gemma3 | a local Hugging Face folder. Served as this name."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (a non-loopback address needs --api-key)."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    policy: str = typer.Option("adaptive", help="Policy spec for every traffic key: adaptive, static:<drafter>:<k>, ..."),
+    drafters: Optional[str] = typer.Option(None, help="Comma-separated drafters (default: what the device runs)."),
+    api_key: Optional[str] = typer.Option(None, envvar="ADAPTIVE_SPEC_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1 routes."),
+    allow_unauthenticated: bool = typer.Option(False, help="Serve a non-loopback address without an API key."),
+    max_queue: int = typer.Option(64, help="Requests waiting for the engine at most; beyond it, 429."),
+    max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
+    grace_s: float = typer.Option(30.0, "--grace-s", help="SIGTERM: seconds for in-flight requests to finish."),
+    telemetry: str = typer.Option("sqlite", help="As for generate; /metrics is always served."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N."),
+    dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
+) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API (completions, chat, streaming, /metrics)."""
+    from adaptive_spec.cli import _observers, _runtime_and_drafters
+    from adaptive_spec.preflight import check_positive_int as _check_positive_int
+    from adaptive_spec.server.app import Settings, create_app
+    from adaptive_spec.server.run import check_bind, run
+    from adaptive_spec.telemetry.spec import build_prometheus_observer
+    from policies.registry import PolicyRegistry
+
+    check_bind(host, api_key, allow_unauthenticated)
+    if not 0 <= port <= 65535:
+        raise InvalidParameterError("port", port, "must be in [0, 65535]")
+    _check_positive_int("max_queue", max_queue)
+    _check_positive_int("max_body_bytes", max_body_bytes)
+    if not grace_s >= 0:
+        raise InvalidParameterError("grace_s", grace_s, "must be >= 0")
+    torch_device, torch_dtype, names = _runtime_and_drafters(device, dtype, drafters, "drafters")
+    loaded_names = [d for d in names if d != "none"]
+    try:
+        registry = PolicyRegistry(policy, loaded_names)
+    except ValueError as exc:
+        raise InvalidParameterError("policy", policy, str(exc)) from None
+    observers = _observers(telemetry)
+    if not any(o is build_prometheus_observer([]) for o in observers):
+        observers.append(build_prometheus_observer([]))  # /metrics serves the shared registry
+
+    def load():
+        from adaptive_spec.decoder import SpeculativeDecoder
+        from adaptive_spec.drafters import build_drafter
+        from adaptive_spec.models import load_model
+
+        target = load_model(model, device=torch_device, dtype=torch_dtype)
+        built = [build_drafter(d, target) for d in dict.fromkeys(loaded_names)]
+        return SpeculativeDecoder(target, built, policy=registry, observers=observers)
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings(api_key=api_key, max_queue=max_queue, max_body_bytes=max_body_bytes, grace_s=grace_s)
+    run(create_app(load, model, settings), host, port)

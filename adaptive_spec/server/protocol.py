@@ -1,0 +1,127 @@
+"""Request bodies as OpenAI and vLLM name their fields, and what the engine makes of them.
+
+Unknown fields are ignored, as vLLM does. Speculation is steered per request by an extension
+object, ``"speculation": {"mode": "auto" | "off" | "static", "drafter": "ngram", "k": 4}``:
+``auto`` (the default) lets the traffic key's controller choose, ``off`` decodes plainly,
+``static`` forces a drafter and ``k`` for this request.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from adaptive_spec.config import GenerationConfig
+from adaptive_spec.errors import InvalidParameterError
+from adaptive_spec.server.errors import APIError
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+class Speculation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["auto", "off", "static"] = "auto"
+    drafter: str | None = None
+    k: int | None = Field(default=None, strict=True)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, strict=True)
+    max_completion_tokens: int | None = Field(default=None, strict=True)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = Field(default=None, strict=True)
+    seed: int | None = Field(default=None, strict=True)
+    stop: Union[str, list[str], None] = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(default=1, strict=True)
+    user: str | None = None
+    speculation: Speculation | None = None
+
+
+class CompletionRequest(_Request):
+    prompt: Union[str, list[int]]
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: Union[str, list[TextPart]]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ChatRequest(_Request):
+    messages: list[Message] = Field(min_length=1)
+
+
+def parse(model: type[_Request], body: bytes) -> _Request:
+    """The request in ``body``; an ``APIError`` (400) naming the first bad field otherwise."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "the request body must be a JSON object", code="invalid_json")
+    try:
+        request = model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = _top_field(first["loc"])
+        raise APIError(400, f"invalid {param}: {first['msg']}", param=param, code="invalid_value") from None
+    if request.n != 1:
+        raise APIError(400, f"invalid n={request.n}: only n=1 is supported", param="n", code="invalid_value")
+    return request
+
+
+def _top_field(loc: tuple) -> str:
+    """``stop`` for ``('stop', 'list[str]', 0)``, ``messages.0.role`` for a message's field."""
+    parts = [str(p) for p in loc if not (isinstance(p, str) and ("[" in p or p in ("str", "int")))]
+    return ".".join(parts) or "body"
+
+
+def generation_config(request: _Request, default_max_tokens: int) -> GenerationConfig:
+    """The engine's config for ``request``; ``APIError`` (400) naming the field it rejects."""
+    max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    name = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+    temperature = 1.0 if request.temperature is None else request.temperature  # OpenAI's default samples
+    stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
+    try:
+        return GenerationConfig(
+            max_new_tokens=default_max_tokens if max_tokens is None else max_tokens,
+            do_sample=temperature != 0, temperature=temperature,  # 0: greedy, as OpenAI and vLLM read it
+            top_k=request.top_k or 0, top_p=1.0 if request.top_p is None else request.top_p,
+            seed=request.seed, stop_strings=tuple(stop))
+    except InvalidParameterError as exc:
+        raise APIError.from_invalid(exc, {"max_new_tokens": name}) from None
+
+
+def speculation_overrides(request: _Request) -> dict:
+    """The decoder's per-request overrides for the ``speculation`` extension."""
+    spec = request.speculation
+    if spec is None or spec.mode == "auto":
+        if spec is not None and (spec.drafter is not None or spec.k is not None):
+            raise APIError(400, "speculation.drafter and speculation.k need mode 'static'", param="speculation")
+        return {}
+    if spec.mode == "off":
+        return {"force_plain": True}
+    if spec.drafter is None:
+        raise APIError(400, "speculation mode 'static' needs a drafter", param="speculation.drafter")
+    return {"force_drafter": spec.drafter, "force_k": spec.k}

@@ -1,0 +1,208 @@
+"""The OpenAI-compatible server on a tiny random model, through the official ``openai`` client.
+
+Every server here binds 127.0.0.1 on a free port; request loops are bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from adaptive_spec.server import Settings
+from server_kit import MODEL, StepCounter, client, live_server, tiny_decoder, wait_until
+from tiny import one_thread
+
+PROMPTS = ["<5> <9> <3> <5> <9> <3> <5>", "<1> <2> <3> <4> <1> <2>", "<7> <7> <8> <7> <7> <8> <7>"]
+
+
+@pytest.fixture(scope="module")
+def served():
+    with one_thread():
+        decoder = tiny_decoder()
+        with live_server(decoder) as (url, app):
+            yield url, app, decoder
+
+
+@pytest.fixture(scope="module")
+def api(served):
+    return openai.OpenAI(base_url=served[0] + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Plain greedy decoding of each prompt on an identical model, in process."""
+    decoder = tiny_decoder(policy="plain")
+    with one_thread():
+        return {p: decoder.generate(decoder.tokenizer(p)["input_ids"], max_new_tokens=24).text for p in PROMPTS}
+
+
+def test_completion_equals_plain_greedy_and_reports_speculation(api, reference):
+    for prompt in PROMPTS:
+        out = api.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0)
+        assert out.object == "text_completion" and out.choices[0].text == reference[prompt]
+        assert out.usage.completion_tokens == 24 and out.usage.prompt_tokens == len(prompt.split())
+        assert out.usage.total_tokens == out.usage.prompt_tokens + 24
+        spec = out.model_extra["metrics"]["speculative_decoding"]
+        assert spec["num_accepted_draft_tokens"] <= spec["num_draft_tokens"]
+        assert sum(spec["acceptance_histogram"]) == spec["num_spec_steps"]
+        assert sum(i * n for i, n in enumerate(spec["acceptance_histogram"])) == spec["num_accepted_draft_tokens"]
+    # these prompts repeat themselves: prompt lookup must have been tried and accepted somewhere
+    assert spec["num_spec_steps"] > 0
+
+
+def test_stream_joins_to_the_non_streamed_text_and_carries_usage(api, reference):
+    for prompt in PROMPTS:
+        chunks = list(api.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0, stream=True,
+                                             stream_options={"include_usage": True}))
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        assert text == reference[prompt]
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 24
+        assert chunks[-1].model_extra["metrics"]["speculative_decoding"]["num_draft_tokens"] >= 0
+
+
+def test_chat_goes_through_the_template(api, served):
+    decoder = served[2]
+    messages = [{"role": "system", "content": "<4> <4>"}, {"role": "user", "content": "<6> <7> <6> <7>"}]
+    out = api.chat.completions.create(model=MODEL, messages=messages, max_tokens=12, temperature=0)
+    ids = decoder.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    assert out.object == "chat.completion" and out.choices[0].message.role == "assistant"
+    assert out.usage.prompt_tokens == len(ids) and out.usage.completion_tokens == 12
+    streamed = list(api.chat.completions.create(model=MODEL, messages=messages, max_tokens=12, temperature=0,
+                                                stream=True))
+    assert streamed[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in streamed) == out.choices[0].message.content
+
+
+def test_seeded_sampling_repeats_under_fixed_speculation(api):
+    """A seed fixes the sampler's random stream; how much of it a step uses depends on the drafts,
+    so the same seed gives the same text when the speculation is fixed (off or static), while under
+    ``auto`` the controller's learning may change it (the distribution is the target's either way)."""
+    for speculation in ({"mode": "off"}, {"mode": "static", "drafter": "ngram", "k": 3}):
+        a, b = (api.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=16, temperature=0.9, seed=11,
+                                       extra_body={"speculation": speculation}) for _ in range(2))
+        assert a.choices[0].text == b.choices[0].text
+
+
+def test_speculation_extension_forces_plain_or_a_drafter(api):
+    off = api.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=16, temperature=0,
+                                 extra_body={"speculation": {"mode": "off"}})
+    assert off.model_extra["metrics"]["speculative_decoding"]["num_spec_steps"] == 0
+    static = api.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=16, temperature=0,
+                                    extra_body={"speculation": {"mode": "static", "drafter": "ngram", "k": 3}})
+    spec = static.model_extra["metrics"]["speculative_decoding"]
+    assert set(spec["drafters"]) <= {"ngram"} and set(spec["k"]) <= {"3", "2", "1"}
+    assert static.choices[0].text == off.choices[0].text
+
+
+def test_models_health_version_and_metrics(api, served):
+    url = served[0]
+    assert [m.id for m in api.models.list()] == [MODEL]
+    with client(url) as http:
+        assert http.get("/health").json() == {"status": "ok"}
+        assert http.get("/version").json()["version"]
+        metrics = http.get("/metrics").text
+    assert 'adaptive_spec_http_requests_total{method="POST",route="/v1/completions",status="200"}' in metrics
+    assert "adaptive_spec_queue_depth" in metrics
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    ({"n": 2}, "n"),
+    ({"temperature": -1}, "temperature"),
+    ({"top_p": 0}, "top_p"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"max_tokens": 10_000}, "max_tokens"),
+    ({"seed": 2**70}, "seed"),
+    ({"stop": ""}, "stop"),
+    ({"extra_body": {"speculation": {"mode": "static", "drafter": "int8", "k": 2}}}, "speculation"),
+    ({"extra_body": {"speculation": {"mode": "sometimes"}}}, "speculation.mode"),
+])
+def test_invalid_fields_are_400_naming_the_field(api, kwargs, param):
+    with pytest.raises(openai.BadRequestError) as caught:
+        api.completions.create(model=MODEL, prompt=PROMPTS[0], **{"max_tokens": 8, **kwargs})
+    assert caught.value.status_code == 400 and caught.value.body["param"] == param
+    assert "Traceback" not in caught.value.message
+
+
+def test_prompt_errors_unknown_model_and_body_limits(api, served):
+    with pytest.raises(openai.BadRequestError) as caught:
+        api.completions.create(model=MODEL, prompt=[999], max_tokens=4)
+    assert caught.value.body["param"] == "prompt"
+    with pytest.raises(openai.NotFoundError) as caught:
+        api.completions.create(model="/etc/passwd", prompt=PROMPTS[0], max_tokens=4)
+    assert caught.value.body["param"] == "model"
+    with client(served[0]) as http:
+        big = http.post("/v1/completions", content=b'{"prompt": "' + b"<1> " * 400_000 + b'"}',
+                        headers={"content-type": "application/json"})
+        assert big.status_code == 413 and big.json()["error"]["code"] == "body_too_large"
+        bad = http.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
+        lone_surrogate = b'{"messages": [{"role": "user", "content": "\\ud800"}], "max_tokens": 4}'
+        surrogate = http.post("/v1/chat/completions", content=lone_surrogate, headers={"content-type": "application/json"})
+        assert surrogate.status_code == 400 and surrogate.json()["error"]["param"] == "messages.0.content"
+        missing = http.get("/v1/nothing")
+        assert missing.status_code == 404 and "error" in missing.json()
+
+
+def test_api_key_is_required_when_set():
+    with one_thread(), live_server(tiny_decoder(), Settings(api_key="s3cret")) as (url, _):
+        wrong = openai.OpenAI(base_url=url + "/v1", api_key="guess", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=4)
+        with client(url) as http:
+            assert http.post("/v1/completions", json={"prompt": PROMPTS[0]}).status_code == 401
+            assert http.get("/health").status_code == 200  # health stays open for the balancer
+        right = openai.OpenAI(base_url=url + "/v1", api_key="s3cret", max_retries=0)
+        assert right.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0).choices[0].text
+
+
+def test_counters_summed_over_requests_equal_the_prometheus_counters():
+    from adaptive_spec.telemetry.spec import build_prometheus_observer
+
+    observer = build_prometheus_observer([])
+    decoder = tiny_decoder(observers=[observer])
+    with one_thread(), live_server(decoder) as (url, _), client(url) as http:
+        before = _spec_counters(http.get("/metrics").text)
+        drafts = accepted = 0
+        for prompt in PROMPTS * 2:
+            spec = http.post("/v1/completions", json={"prompt": prompt, "max_tokens": 20, "temperature": 0}) \
+                .json()["metrics"]["speculative_decoding"]
+            drafts, accepted = drafts + spec["num_draft_tokens"], accepted + spec["num_accepted_draft_tokens"]
+        after = _spec_counters(http.get("/metrics").text)
+    assert drafts > 0
+    assert (after[0] - before[0], after[1] - before[1]) == (drafts, accepted)
+
+
+def _spec_counters(text: str) -> tuple[float, float]:
+    """Draft and accepted tokens of the tiny model in the Prometheus exposition."""
+    totals = {"draft": 0.0, "accepted": 0.0}
+    for line in text.splitlines():
+        if line.startswith("#") or f'"{MODEL}"' not in line:
+            continue
+        name = line.split("{")[0]
+        if name == "adaptive_spec_spec_decode_draft_tokens_total":
+            totals["draft"] += float(line.rsplit(" ", 1)[1])
+        elif name == "adaptive_spec_spec_decode_accepted_tokens_total":
+            totals["accepted"] += float(line.rsplit(" ", 1)[1])
+    return totals["draft"], totals["accepted"]
+
+
+def test_a_client_that_leaves_mid_stream_cancels_its_request():
+    counter = StepCounter()
+    decoder = tiny_decoder(observers=[counter])
+    with one_thread(), live_server(decoder) as (url, app), client(url) as http:
+        body = {"prompt": PROMPTS[1], "max_tokens": 200, "temperature": 0, "stream": True,
+                "speculation": {"mode": "off"}}  # one token per step: 200 steps if nobody stops it
+        with http.stream("POST", "/v1/completions", json=body) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    break  # first chunk read: leave
+        worker = app.state.service.worker
+        assert wait_until(lambda: worker.cancelled == 1 and worker.in_flight == 0)
+        steps = counter.steps
+        assert steps < 199
+        assert http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 3}).status_code == 200
+        assert counter.steps <= steps + 3  # only the next request's steps
