@@ -49,9 +49,9 @@ class StepCounter:
 
 
 @contextlib.contextmanager
-def live_server(decoder, settings: Settings | None = None, timeout_s: float = 30.0):
-    """Serve ``decoder`` on 127.0.0.1 (a free port) in a thread; yields the base URL and the app."""
-    app = create_app(lambda: decoder, MODEL, settings or Settings())
+def live_server(decoder, settings: Settings | None = None, timeout_s: float = 30.0, model: str = MODEL):
+    """Serve ``decoder`` as ``model`` on 127.0.0.1 (a free port) in a thread; yields the base URL and the app."""
+    app = create_app(lambda: decoder, model, settings or Settings())
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
