@@ -140,8 +140,10 @@ def test_an_unwritable_model_cache_is_one_error_naming_it(monkeypatch, tmp_path)
     # a value click refuses: typer's boxed panel before
     (["--prompt", "hi", "--seed", "not-a-number-" * 6], "error: Invalid value for '--seed'"),
 ])
-def test_an_error_is_one_line_when_stderr_is_not_a_terminal(args, start):
-    run = subprocess.run([sys.executable, "-c", "from adaptive_spec.cli import main; main()", "generate", *args],
+def test_an_error_is_one_line_when_stderr_is_not_a_terminal(args, start, tmp_path):
+    # a model folder that is none: a CLI that let the bad input through stops there, loading nothing
+    run = subprocess.run([sys.executable, "-c", "from adaptive_spec.cli import main; main()", "generate", *args,
+                          "--model", str(tmp_path), "--telemetry", "off"],
                          capture_output=True, env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
                          timeout=120)
     lines = run.stderr.decode().splitlines()
