@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 
 import httpx
-import uvicorn
 
 from adaptive_spec.decoder import SpeculativeDecoder
 from adaptive_spec.drafters.ngram import NgramDrafter
 from adaptive_spec.models import LoadedModel
 from adaptive_spec.server import Settings, create_app
+from adaptive_spec.server.run import serving_in_thread
 from policies.registry import PolicyRegistry
 from tiny import NumberTokenizer, tiny_llama
 
@@ -52,20 +51,8 @@ class StepCounter:
 def live_server(decoder, settings: Settings | None = None, timeout_s: float = 30.0, model: str = MODEL):
     """Serve ``decoder`` as ``model`` on 127.0.0.1 (a free port) in a thread; yields the base URL and the app."""
     app = create_app(lambda: decoder, model, settings or Settings())
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout_s
-    while not (server.started and app.state.service.status == "ok"):
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", app
-    finally:
-        server.should_exit = True
-        thread.join(timeout=timeout_s)
+    with serving_in_thread(app, timeout_s=timeout_s) as url:
+        yield url, app
 
 
 def wait_until(condition, timeout_s: float = 30.0, every_s: float = 0.02) -> bool:

@@ -7,9 +7,11 @@ process exits 0. A second signal stops at once.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import threading
+import time
 
 import uvicorn
 
@@ -62,3 +64,24 @@ def run(app, host: str, port: int, log_level: str = "info") -> None:
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=int(app.state.service.settings.grace_s) + 1)
     DrainingServer(config, app.state.service).run()
+
+
+@contextlib.contextmanager
+def serving_in_thread(app, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 60.0):
+    """Serve ``app`` from a thread of this process (notebooks, benchmarks, tests); yields its base URL
+    once the app reports ready, and stops it on exit. ``port=0`` picks a free port."""
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, name="adaptive-spec-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not (server.started and app.state.service.status == "ok"):
+        if app.state.service.status == "failed" or not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"the server did not become ready (status {app.state.service.status!r})")
+        time.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()
+    try:
+        yield f"http://{bound[0]}:{bound[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=timeout_s)
