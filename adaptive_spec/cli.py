@@ -73,7 +73,9 @@ def _runtime_and_drafters(device: str, dtype: str, drafters: str | None, name: s
 
 
 def _load_decoder(model: str, drafters: list[str], torch_device, torch_dtype, chat_template: bool | None,
-                  observers: list | None = None, drafter_option: str = "drafters"):
+                  observers: list | None = None):
+    """The decoder; a drafter that fails to load is an error about ``drafters`` (``generate``
+    renames it to its own option, ``drafter``)."""
     from adaptive_spec.decoder import SpeculativeDecoder
     from adaptive_spec.drafters import build_drafter
     from adaptive_spec.models import load_model
@@ -88,13 +90,13 @@ def _load_decoder(model: str, drafters: list[str], torch_device, torch_dtype, ch
             try:
                 built.append(build_drafter(spec, target))
             except AdaptiveSpecError as exc:  # a drafter model's errors name `model`: name the option given
-                raise reworded(exc, drafter_option, spec) from exc
+                raise reworded(exc, "drafters", spec) from exc
     try:
         return SpeculativeDecoder(target, built, chat_template=chat_template, observers=observers)
     except InvalidParameterError as exc:
         if exc.name != "drafter":
             raise
-        raise reworded(exc, drafter_option, exc.value) from exc
+        raise reworded(exc, "drafters", exc.value) from exc
 
 
 SHORTHANDS = ("static", "heuristic", "adaptive")
@@ -162,7 +164,10 @@ def generate(
                                                                 "drafter")
     controller = _make_policy(policy, drafters, k)
     observers = _observers(telemetry)
-    decoder = _load_decoder(model, drafters, torch_device, torch_dtype, chat_template, observers, "drafter")
+    try:
+        decoder = _load_decoder(model, drafters, torch_device, torch_dtype, chat_template, observers)
+    except InvalidParameterError as exc:
+        raise reworded(exc, "drafter", exc.value) if exc.name == "drafters" else exc
     if stream and not as_json:
         for piece in decoder.stream(prompt, cfg, policy=controller):
             print(piece, end="", flush=True)
@@ -372,9 +377,11 @@ def replay(ctx: typer.Context) -> None:
 def _mount_subcommands() -> None:
     from adaptive_spec.telemetry.cli import alerts_command, telemetry_app
     from adaptive_spec.server.cli import serve
+    from adaptive_spec.loadgen.cli import loadgen
     from simulator.cli import app as simulate_app
 
     app.command("serve")(serve)
+    app.command("loadgen")(loadgen)
 
     app.add_typer(telemetry_app, name="telemetry", help="Read the telemetry store: summary per model and drafter.")
     app.command("alerts", help="Firing and recent alerts from the telemetry store.")(alerts_command)

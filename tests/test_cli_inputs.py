@@ -185,3 +185,12 @@ def test_a_prompt_that_alone_fills_the_context_is_named_as_the_prompt():
     with pytest.raises(InvalidParameterError, match="at most 56 fit after this prompt") as caught:
         decoder.generate(" ".join(["1"] * 200), max_new_tokens=57)
     assert caught.value.name == "max_new_tokens"
+
+
+@pytest.mark.parametrize("profile, found", [
+    ("simulator/profiles/example_cpu.json", "cannot replay this workload"),  # no acceptance for these classes
+    ("README.md", "not valid JSON"),
+])
+def test_validate_sim_refuses_a_profile_the_simulator_cannot_use_before_the_real_run(no_model, profile, found):
+    exc = invoke_error(["validate-sim", "--profile", profile, "--drafters", "ngram", "--device", "cpu"])
+    assert (exc.name, exc.value) == ("profile", profile) and found in str(exc)

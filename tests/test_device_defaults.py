@@ -60,7 +60,7 @@ def cuda(monkeypatch):
 GENERATE = ["generate", "--prompt", "hi", "--telemetry", "off"]
 CALIBRATE = ["calibrate", "--prompts", str(REPO / "benchmarks/workloads.jsonl")]
 VALIDATE = ["validate-sim", "--prompts", str(REPO / "benchmarks/workloads.jsonl"),
-            "--profile", str(REPO / "simulator/profiles/example_cpu.json")]
+            "--profile", str(REPO / "simulator/profiles/smollm2_cpu.json")]  # covers the workload classes
 
 
 @pytest.mark.parametrize("args", [GENERATE, CALIBRATE, VALIDATE], ids=["generate", "calibrate", "validate-sim"])
