@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import platform
 import random
 import statistics
@@ -25,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from adaptive_spec.outputs import output_path, write_json_atomic  # noqa: E402
 from policies.early_stop import ConfidenceThreshold, LearnedEarlyStop  # noqa: E402
 from policies.outcome import Action  # noqa: E402
 from policies.registry import make_policy  # noqa: E402
@@ -102,7 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3000, help="steps per policy (default 3000)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--out", type=output_path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
 
     rows = [time_policy(spec, drafters, args.steps, args.seed) for spec, drafters in CASES]
@@ -116,10 +116,9 @@ def main() -> None:
         print(f"{row['case']:<48} {row['calls']:>6} {row['median_us']:>10.1f} {row['p90_us']:>8.1f} "
               f"{row['p99_us']:>8.1f} {row['mean_us']:>8.1f}")
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         report = {"python": platform.python_version(), "machine": platform.machine(), "steps": args.steps,
                   "seed": args.seed, "target_median_us": 50.0, "results": rows}
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json_atomic(args.out, report, "out", indent=2)
         print(f"wrote {args.out}")
 
 

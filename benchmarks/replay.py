@@ -40,6 +40,7 @@ from adaptive_spec.decoder import SpeculativeDecoder
 from adaptive_spec.drafters import NgramDrafter
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.models import load_model
+from adaptive_spec.outputs import output_path, write_json_atomic
 from policies.base import Policy
 from policies.outcome import PLAIN, StepOutcome
 from policies.registry import make_policy, parse_spec
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated bench configs (n-gram only)")
     parser.add_argument("--draws", type=int, default=0,
                         help="also replay this many times with each step's cost drawn from the in-service costs of its length")
-    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--out", type=output_path, help="write the results as JSON here")
     args = parser.parse_args(argv)
 
     if args.draws < 0:
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
         out["draws"] = summarise_draws(runs)
         print_draws(out["draws"], args.draws)
     if args.out:
-        args.out.write_text(json.dumps(out, indent=1))
+        write_json_atomic(args.out, out, "out")
         print(f"wrote {args.out}")
 
 

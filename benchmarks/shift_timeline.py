@@ -17,6 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
+from adaptive_spec.outputs import output_path, write_json_atomic
+
 FIELDS = ["drafter", "k", "proposed", "accepted", "emitted", "draft_s", "verify_s"]
 
 
@@ -101,8 +103,8 @@ def main() -> None:
     parser.add_argument("--policy", default="adaptive", help="config whose timeline is analysed")
     parser.add_argument("--window", type=int, default=10, help="steps in the rolling speed window")
     parser.add_argument("--within", type=float, default=0.9, help="fraction of the oracle's speed to reach")
-    parser.add_argument("--png", type=Path, help="where to draw the timeline")
-    parser.add_argument("--out", type=Path, help="where to write the JSON report")
+    parser.add_argument("--png", type=output_path, help="where to draw the timeline")
+    parser.add_argument("--out", type=output_path, help="where to write the JSON report")
     args = parser.parse_args()
     result = json.loads(args.bench_json.read_text())
     report = analyse(result, args.policy, args.window, args.within)
@@ -111,7 +113,7 @@ def main() -> None:
         print(f"{p['kind']:<10} {p['steps']:>6} {p['oracle']:<18} {p['oracle_tokens_per_s']:>12.1f} "
               f"{p['decode_tokens_per_s'][args.policy]:>16.1f} {p[args.policy + '_vs_oracle']:>6.2f} {str(p['steps_to_within']):>14}")
     if args.out:
-        args.out.write_text(json.dumps(report, indent=1))
+        write_json_atomic(args.out, report, "out")
     if args.png:
         plot(result, report, args.png, args.window)
         print(f"wrote {args.png}")

@@ -10,7 +10,6 @@ microseconds, so the margin can be read off directly.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import tempfile
 import time
@@ -19,6 +18,7 @@ from types import SimpleNamespace
 
 from adaptive_spec.config import GenerationConfig
 from adaptive_spec.observers import RequestInfo
+from adaptive_spec.outputs import output_path, write_json_atomic
 from policies.outcome import StepOutcome
 
 
@@ -59,7 +59,7 @@ def time_observer(observer, steps: list[StepOutcome], steps_per_request: int = 6
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
-    parser.add_argument("--out", type=Path, default=Path("telemetry_overhead.json"))
+    parser.add_argument("--out", type=output_path, default="telemetry_overhead.json")
     args = parser.parse_args()
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -87,7 +87,7 @@ def main() -> None:
     print(f"{'observer':26} {'us/step':>9} {'us/request':>11}")
     for name, r in rows.items():
         print(f"{name:26} {r['us_per_step']:9.1f} {r['us_per_request']:11.1f}")
-    args.out.write_text(json.dumps(rows, indent=1))
+    write_json_atomic(args.out, rows, "out")
     print(f"wrote {args.out}")
 
 

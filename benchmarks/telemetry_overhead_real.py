@@ -10,15 +10,14 @@ so machine drift hits both alike. Prints tokens/s for both and the overhead, wri
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
-from pathlib import Path
 
 from adaptive_spec import GenerationConfig, SpeculativeDecoder, load_model
 from adaptive_spec.bench import load_prompts
 from adaptive_spec.drafters import build_drafter
 from adaptive_spec.observers import ObserverSet
+from adaptive_spec.outputs import output_path, write_json_atomic
 from adaptive_spec.telemetry import build_observers
 from policies import StaticPolicy
 
@@ -29,7 +28,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--telemetry", default=None, help="observer spec (default: sqlite in a temporary folder)")
-    parser.add_argument("--out", default="benchmarks/results/telemetry_overhead_real.json")
+    parser.add_argument("--out", type=output_path, default="benchmarks/results/telemetry_overhead_real.json")
     args = parser.parse_args()
 
     tmp = tempfile.mkdtemp()
@@ -59,8 +58,7 @@ def main() -> None:
               "observer_errors": on.errors}
     print(f"telemetry off: {rates['off']:.2f} tok/s   on ({spec}): {rates['on']:.2f} tok/s   overhead {overhead:+.2%}"
           f"   observer errors {on.errors}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
+    write_json_atomic(args.out, report, "out")
 
 
 if __name__ == "__main__":
