@@ -143,7 +143,7 @@ def generate(
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples (exact rejection sampling)."),
     top_k: int = typer.Option(0, "--top-k", help="Keep the k most likely tokens (0 = off)."),
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass in (0, 1]."),
-    seed: Optional[int] = typer.Option(None, help="Sampler seed, an integer in [0, 2**64 - 1]."),
+    seed: Optional[int] = typer.Option(None, help="Sampler seed, an integer in [-2**63, 2**64 - 1]."),
     stop: list[str] = typer.Option([], "--stop", help="Stop string (repeatable)."),
     chat_template: Optional[bool] = typer.Option(None, "--chat-template/--no-chat-template", help="Apply the model's chat template (default: when it has one)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N."),
@@ -318,7 +318,7 @@ def validate_sim(
         raise InvalidParameterError("rate", rate, "must be > 0")
     check_positive_int("requests", requests)
     check_positive_int("output_tokens", output_tokens)
-    check_seed(seed)
+    check_seed(seed, signed=False)  # it seeds numpy and the simulator too
     if not profile.exists():
         raise InvalidParameterError("profile", str(profile), "file not found; run `adaptive-spec calibrate` first")
     rows = read_prompts(prompts)

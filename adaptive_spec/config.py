@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.prompts import UTF8_RULE, text_problem
 
-MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes 64 bits
+MIN_SEED, MAX_SEED = -(2**63), 2**64 - 1  # what torch.Generator.manual_seed takes
 MAX_DRAFT_LEN = 64  # verifying more tokens than this in one pass never paid off on any device we measured
 
 
@@ -50,11 +50,13 @@ def validate_generation(cfg: GenerationConfig) -> None:
             raise InvalidParameterError("stop_strings", stop, f"{text_problem(stop)}; {UTF8_RULE}")
 
 
-def validate_seed(seed: int, name: str = "seed") -> int:
-    """A seed torch's generators take as it is: 64 bits, not negative (torch would alias a
-    negative seed to seed + 2**64, and anything wider fails deep inside the sampler)."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise InvalidParameterError(name, seed, "must be an integer in [0, 2**64 - 1]")
+def validate_seed(seed: int, name: str = "seed", signed: bool = True) -> int:
+    """A seed torch's generators take: 64 bits, signed or unsigned (torch maps a negative seed to
+    2**64 - 1 + seed); anything wider would fail deep inside the sampler. ``signed=False`` for
+    seeds that also feed numpy and the simulator, which take no negative seed."""
+    low = MIN_SEED if signed else 0
+    if isinstance(seed, bool) or not isinstance(seed, int) or not low <= seed <= MAX_SEED:
+        raise InvalidParameterError(name, seed, f"must be an integer in [{'-2**63' if signed else '0'}, 2**64 - 1]")
     return seed
 
 

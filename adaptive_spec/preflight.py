@@ -27,9 +27,9 @@ def check_positive_int(name: str, value: int) -> None:
         raise InvalidParameterError(name, value, "must be >= 1")
 
 
-def check_seed(seed: int | None, name: str = "seed") -> None:
+def check_seed(seed: int | None, name: str = "seed", signed: bool = True) -> None:
     if seed is not None:
-        validate_seed(seed, name)
+        validate_seed(seed, name, signed)
 
 
 def read_prompts(path: Path, name: str = "prompts") -> list[Prompt]:

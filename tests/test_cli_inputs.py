@@ -67,20 +67,21 @@ def test_run_bench_refuses_repeated_ids_instead_of_calling_plain_unequal_to_itse
 
 # -- item 6: seeds, text, prompt files, the cache, one error line ----------------------------------
 
-@pytest.mark.parametrize("seed", [str(2**64), "-1"])
+@pytest.mark.parametrize("seed", [str(2**64), str(-(2**63) - 1)])
 def test_a_seed_outside_64_bits_is_refused_before_loading(no_model, seed):
     exc = invoke_error(["generate", "--prompt", "hi", "--temperature", "1", "--seed", seed, "--telemetry", "off"])
-    assert exc.name == "seed" and str(exc.value) == seed and "[0, 2**64 - 1]" in str(exc)
+    assert exc.name == "seed" and str(exc.value) == seed and "[-2**63, 2**64 - 1]" in str(exc)
 
 
 def test_validate_sim_refuses_a_negative_seed_before_the_real_run(no_model):
     exc = invoke_error(["validate-sim", "--seed", "-1", "--drafters", "ngram"])
-    assert exc.name == "seed"
+    assert exc.name == "seed" and "[0, 2**64 - 1]" in str(exc)
 
 
-def test_the_largest_64_bit_seed_samples():
+@pytest.mark.parametrize("seed", [2**64 - 1, -(2**63)])
+def test_the_widest_64_bit_seeds_sample(seed):
     decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0)))
-    cfg = GenerationConfig(max_new_tokens=3, do_sample=True, seed=2**64 - 1)
+    cfg = GenerationConfig(max_new_tokens=3, do_sample=True, seed=seed)
     with one_thread():
         assert decoder.generate("1 2 3", cfg).token_ids == decoder.generate("1 2 3", cfg).token_ids
 
