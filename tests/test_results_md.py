@@ -87,3 +87,8 @@ def test_outside_git_the_date_is_unknown_not_invented(results_copy):
 def test_a_file_that_records_no_machine_says_so():
     assert make_results.machine_line({"tokens_per_s": {}}) == "not recorded"
     assert make_results.machine_line({"python": "3.11.7"}) == "not recorded (Python 3.11.7)"
+
+
+def test_readme_stays_a_short_users_document():
+    size = len((Path(__file__).resolve().parents[1] / "README.md").read_bytes())
+    assert size < 12_000, f"README.md is {size} bytes; details belong in benchmarks/RESULTS.md or the module docs"
