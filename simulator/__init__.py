@@ -15,8 +15,9 @@ batch size. It answers them by discrete-event simulation (SimPy) instead of by r
 Module map (one concept each): ``entities`` (Request, RequestClass), ``lengths``, ``acceptance``,
 ``arrivals``, ``workload``, ``replay``, ``profile``, ``cost_model``, ``replica`` (batch-1),
 ``batching`` (continuous batching), ``metrics`` (hooks, summaries), ``scenario`` (file format,
-validation, traffic overrides), ``policy_factory``, ``run``, ``capacity`` (capacity search,
-compare), ``sweep``, ``report``, ``cli``. The profile format is documented in ``simulator/PROFILE.md``.
+validation, traffic overrides), ``policy_factory``, ``run``, ``budget`` (a run's size, refused
+before it starts when too large), ``progress``, ``capacity`` (capacity search, compare),
+``sweep``, ``report``, ``cli``. The profile format is documented in ``simulator/PROFILE.md``.
 """
 
 from simulator.acceptance import AcceptanceProfile

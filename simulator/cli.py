@@ -5,8 +5,13 @@
     simulate capacity  SCENARIO [--rate R] [--policy P] [--max-replicas N] [--seed N] [--json OUT]
     simulate sweep     SCENARIO [--policy P ...] [--rate R ...] [--replicas N ...] [--max-batch N ...]
                        [--seed N ...] [--workers N] [--ray-address A] [--json OUT]
+    every command also takes [--max-requests N] [--force] [--time-limit SECONDS]
 
-A bad scenario (or option) prints one line naming the field and exits with status 2.
+A bad scenario (or option) prints one line naming the field and exits with status 2. So does a
+run too large to finish: before it starts, every command estimates its requests, memory and (for
+large runs, from a timed pilot) wall time, and refuses what will not fit, naming the estimate and
+the overrides ``--max-requests N`` (simulate the first N arrivals) and ``--force``
+(``simulator/budget.py``). ``run`` shows progress on stderr once a run lasts more than a moment.
 Mount with ``app.add_typer(simulator.cli.app, name="simulate")``.
 """
 
@@ -23,6 +28,12 @@ app = typer.Typer(help="Capacity simulator: the same policies, a cost model fitt
 ScenarioArg = typer.Argument(..., help="Scenario file (YAML or JSON); see simulator/scenarios/example_shift.yaml.")
 JsonOpt = typer.Option(None, "--json", help="Also write the full result as JSON to this path.")
 SeedOpt = typer.Option(None, help="Seed for traffic, acceptance draws and policies (default: the scenario's).")
+MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Simulate only the first N arrivals of each run "
+                              "(lowers the scenario's workload.max_requests): how a too-large run is made to fit.")
+ForceOpt = typer.Option(False, "--force", help="Run even when the estimate says it will not fit in memory or in "
+                        "--time-limit.")
+TimeLimitOpt = typer.Option(3600.0, "--time-limit", min=0, help="Refuse what a timed pilot says will take longer "
+                            "than this many wall seconds in all (0: no limit).")
 
 
 def _load(path: Path):
@@ -39,6 +50,19 @@ def _fail(err: Exception):
     raise typer.Exit(2)
 
 
+def _sized(s, max_requests, force, time_limit, policy=None, seed=None, replicas=None, runs=1, parallel=1):
+    """The scenario capped at ``max_requests``, and its size; exits with one line when it will not fit."""
+    from simulator.budget import check, estimate, with_max_requests
+
+    try:
+        s = with_max_requests(s, max_requests)
+        size = estimate(s, policy, seed, replicas, measure=not force and time_limit > 0)
+        check(size, runs, parallel, time_limit or None, force)
+    except ValueError as err:
+        _fail(err)
+    return s, size
+
+
 @app.command()
 def run(
     scenario: Path = ScenarioArg,
@@ -48,17 +72,32 @@ def run(
     rate: Optional[float] = typer.Option(None, help="Initial arrival rate (req/s) overriding the scenario's."),
     timeseries: bool = typer.Option(True, help="Print the per-bin table (spec on/off, acceptance, queue)."),
     json_out: Optional[Path] = JsonOpt,
+    max_requests: Optional[int] = MaxRequestsOpt,
+    force: bool = ForceOpt,
+    time_limit: float = TimeLimitOpt,
 ) -> None:
     """Simulate one scenario and print latency, throughput, goodput, queueing and acceptance."""
+    from simulator.progress import Progress
     from simulator.report import print_run, write_json
     from simulator.run import simulate
     from simulator.scenario import with_traffic
 
     s = _load(scenario)
     try:
-        result = simulate(with_traffic(s, rate), policy, seed, replicas=replicas)
+        s = with_traffic(s, rate)
     except ValueError as err:
         _fail(err)
+    s, size = _sized(s, max_requests, force, time_limit, policy, seed, replicas)
+    progress = Progress(s.workload.duration_s, size.requests)
+    try:
+        result = simulate(s, policy, seed, replicas=replicas, on_arrival=progress)
+    except ValueError as err:
+        _fail(err)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted after {progress.arrived:,} of ~{size.requests:,} requests", err=True)
+        raise typer.Exit(130) from None
+    finally:
+        progress.close()
     print_run(result, series=timeseries)
     if json_out:
         write_json(result, json_out)
@@ -73,12 +112,18 @@ def compare(
     workers: int = typer.Option(1, min=1, help="Local processes to run policies in parallel."),
     ray_address: Optional[str] = typer.Option(None, help="Run on this Ray cluster instead (e.g. auto)."),
     json_out: Optional[Path] = JsonOpt,
+    max_requests: Optional[int] = MaxRequestsOpt,
+    force: bool = ForceOpt,
+    time_limit: float = TimeLimitOpt,
 ) -> None:
     """Several policies side by side on the same seeded traffic (and its shifts)."""
     from simulator.capacity import compare as compare_policies
     from simulator.report import print_compare, write_json
 
     s = _load(scenario)
+    specs = policy or list(s.compare_policies or [s.policy])
+    parallel = 1 if ray_address else min(workers, len(specs))  # a cluster's resources are not known here
+    s, _ = _sized(s, max_requests, force, time_limit, specs[0], seed, runs=len(specs), parallel=parallel)
     try:
         results = compare_policies(s, policy or None, seed, workers, ray_address)
     except ValueError as err:
@@ -96,12 +141,26 @@ def capacity(
     max_replicas: Optional[int] = typer.Option(None, min=1, help="Give up above this many replicas."),
     seed: Optional[int] = SeedOpt,
     json_out: Optional[Path] = JsonOpt,
+    max_requests: Optional[int] = MaxRequestsOpt,
+    force: bool = ForceOpt,
+    time_limit: float = TimeLimitOpt,
 ) -> None:
     """The fewest replicas whose SLO percentile latencies meet the scenario's slo targets."""
+    import math
+
     from simulator.capacity import capacity as search
     from simulator.report import print_capacity, write_json
+    from simulator.budget import with_max_requests
+    from simulator.scenario import with_traffic
 
     s = _load(scenario)
+    try:
+        s = with_max_requests(s, max_requests)
+        planned = with_traffic(s, rate)  # the traffic every candidate replica count sees
+    except ValueError as err:
+        _fail(err)
+    runs = 2 * math.ceil(math.log2(max_replicas or s.max_replicas)) + 1  # doubling, then bisection
+    _sized(planned, None, force, time_limit, policy, seed, runs=runs)
     try:
         result = search(s, rate=rate, policy=policy, max_replicas=max_replicas, seed=seed)
     except ValueError as err:
@@ -124,16 +183,31 @@ def sweep(
     workers: Optional[int] = typer.Option(None, min=1, help="Local processes (default: one per CPU)."),
     ray_address: Optional[str] = typer.Option(None, help="Run on this Ray cluster instead (e.g. auto)."),
     json_out: Optional[Path] = JsonOpt,
+    max_requests: Optional[int] = MaxRequestsOpt,
+    force: bool = ForceOpt,
+    time_limit: float = TimeLimitOpt,
 ) -> None:
     """Every combination of the given values, run in parallel; one table row per configuration."""
+    import os
+
+    from simulator.budget import expected_requests, with_max_requests
     from simulator.report import _fmt, _table, write_json
-    from simulator.sweep import grid, sweep as run_sweep
+    from simulator.sweep import apply_config, grid, sweep as run_sweep
 
     s = _load(scenario)
     axes = dict(policy=policy, rate=rate, replicas=replicas, max_batch=max_batch, seed=seed)
     axes = {k: v for k, v in axes.items() if v}
     try:
-        results = run_sweep(s, grid(**axes) if axes else [{}], workers, ray_address)
+        s = with_max_requests(s, max_requests)
+        configs = grid(**axes) if axes else [{}]
+        largest = max(configs, key=lambda c: expected_requests(apply_config(s, c)))  # sized for the worst
+    except ValueError as err:
+        _fail(err)
+    parallel = 1 if ray_address else min(workers or os.cpu_count() or 1, len(configs))
+    _sized(apply_config(s, largest), None, force, time_limit, largest.get("policy"), largest.get("seed"),
+           runs=len(configs), parallel=parallel)
+    try:
+        results = run_sweep(s, configs, workers, ray_address)
     except ValueError as err:
         _fail(err)
     rows = []

@@ -1,9 +1,9 @@
 """Putting a scenario together and running it.
 
 ``build_simulation(env, scenario, ...)`` wires the SimPy processes into an environment you own:
-the arrival process (one timeout per request, then routing to a replica) and one process per
-replica. Tests use it directly to add their own hooks or probes; ``simulate`` is the one call that
-builds, runs and summarises.
+the arrival process (one timeout per request, then routing to a replica; requests are drawn
+lazily, a block ahead, see ``workload.py``) and one process per replica. Tests use it directly to
+add their own hooks or probes; ``simulate`` is the one call that builds, runs and summarises.
 
 Randomness comes from three independent streams derived from ``seed`` (numpy SeedSequence):
 traffic, acceptance draws per replica, and policy seeds. Because traffic is drawn first and
@@ -12,6 +12,7 @@ separately, two policies simulated with the same seed see the very same requests
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,12 +38,12 @@ class Simulation:
     env: simpy.Environment
     scenario: Scenario
     replicas: list[Replica]
-    metrics: MetricsCollector
-    requests: list[Request]
+    metrics: MetricsCollector  # every request that has arrived so far: ``metrics.table()``
     cost: object
 
 
-def arrivals(env: simpy.Environment, requests: list[Request], replicas: list[Replica], router: str, hooks, seed: int):
+def arrivals(env: simpy.Environment, requests: Iterable[Request], replicas: list[Replica], router: str, hooks,
+             seed: int):
     """SimPy process: release each request at its arrival time and route it to a replica."""
     rng = np.random.default_rng(seed)
     for i, request in enumerate(requests):
@@ -59,19 +60,24 @@ def arrivals(env: simpy.Environment, requests: list[Request], replicas: list[Rep
 
 
 def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | PolicyBuilder | None = None,
-                     seed: int | None = None, cost=None, extra_hooks: list | None = None) -> Simulation:
-    """Create requests, replicas and the arrival process in ``env`` (nothing runs until ``env.run``).
+                     seed: int | None = None, cost=None, extra_hooks: list | None = None,
+                     on_arrival: Callable[[Request], None] | None = None) -> Simulation:
+    """Create replicas and the arrival process in ``env`` (nothing runs, nothing is drawn, until ``env.run``).
 
     ``policy`` overrides the scenario's spec (a spec string or a ``seed -> Policy`` callable);
     ``cost`` overrides the cost model fitted on the scenario's profile (any object with
     ``prefill_s``, ``verify_s`` and ``draft_s``, e.g. an exponential service time for queueing tests).
+    ``on_arrival`` sees each request as it is released (progress reports); unlike a hook it costs
+    nothing per step.
     """
     seed = scenario.seed if seed is None else seed
     build = policy_builder(policy if policy is not None else scenario.policy, scenario.drafters)
     cost = cost if cost is not None else fit_cost_model(scenario.profile)
     metrics = MetricsCollector(scenario.metrics.bin_s)
     hooks = HookList([metrics, *extra_hooks]) if extra_hooks else metrics
-    requests = scenario.workload.generate(scenario.classes, np.random.default_rng(_stream_seed(seed, TRAFFIC)))
+    requests = scenario.workload.stream(scenario.classes, np.random.default_rng(_stream_seed(seed, TRAFFIC)))
+    if on_arrival is not None:
+        requests = _tapped(requests, on_arrival)
     warm_steps = engine_cost_steps(cost, scenario.drafters) if isinstance(cost, FittedCostModel) else ()
     replicas: list[Replica] = []
     for index in range(scenario.replicas.count):
@@ -82,7 +88,13 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
         else:
             replicas.append(SerialReplica(*args))
     env.process(arrivals(env, requests, replicas, scenario.replicas.router, hooks, _stream_seed(seed, TRAFFIC, 1)))
-    return Simulation(env, scenario, replicas, metrics, requests, cost)
+    return Simulation(env, scenario, replicas, metrics, cost)
+
+
+def _tapped(requests: Iterable[Request], on_arrival: Callable[[Request], None]):
+    for request in requests:
+        on_arrival(request)
+        yield request
 
 
 @dataclass
@@ -104,25 +116,30 @@ class RunResult:
 
 
 def simulate(scenario: Scenario, policy: str | PolicyBuilder | None = None, seed: int | None = None,
-             cost=None, replicas: int | None = None, with_timeseries: bool = True) -> RunResult:
-    """Run a scenario to the end (all requests done, or ``drain_s`` after arrivals stop)."""
+             cost=None, replicas: int | None = None, with_timeseries: bool = True,
+             on_arrival: Callable[[Request], None] | None = None) -> RunResult:
+    """Run a scenario to the end (all requests done, or ``drain_s`` after arrivals stop).
+
+    ``on_arrival(request)`` is called as each request arrives (``simulator/progress.py`` uses it).
+    """
     import time
 
     if replicas is not None:
         scenario = scenario.with_(replicas=type(scenario.replicas)(**{**vars(scenario.replicas), "count": replicas}))
     started = time.perf_counter()
     env = simpy.Environment()
-    sim = build_simulation(env, scenario, policy, seed, cost)
+    sim = build_simulation(env, scenario, policy, seed, cost, on_arrival=on_arrival)
     horizon = None if scenario.drain_s is None else scenario.workload.duration_s + scenario.drain_s
     # replicas idle on a wake-up event nothing will trigger, so with no horizon the event queue
     # runs dry exactly when the last request has finished
     env.run(until=horizon)
     slo, warmup = scenario.slo, scenario.metrics.warmup_s
+    table = sim.metrics.table()
     bounds = [0.0, *scenario.workload.boundaries(), float("inf")]
     phases = []
     if len(bounds) > 2:
         for lo, hi in zip(bounds, bounds[1:]):
-            phase = summarize(sim.metrics, slo, warmup, (lo, min(hi, scenario.workload.duration_s)))
+            phase = summarize(sim.metrics, slo, warmup, (lo, min(hi, scenario.workload.duration_s)), table)
             phases.append({"start_s": lo, "end_s": min(hi, scenario.workload.duration_s), **phase})
     if policy is None or isinstance(policy, str):
         name = policy or scenario.policy
@@ -130,7 +147,7 @@ def simulate(scenario: Scenario, policy: str | PolicyBuilder | None = None, seed
         name = getattr(policy, "__name__", "custom")
     return RunResult(
         scenario.name, name, scenario.seed if seed is None else seed, scenario.replicas.count, scenario.replicas.mode,
-        summarize(sim.metrics, slo, warmup), phases,
-        timeseries(sim.metrics) if with_timeseries else {}, time.perf_counter() - started,
+        summarize(sim.metrics, slo, warmup, table=table), phases,
+        timeseries(sim.metrics, table) if with_timeseries else {}, time.perf_counter() - started,
     )
 

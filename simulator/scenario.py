@@ -75,6 +75,7 @@ class ReplayWorkload:
     rows: tuple[dict, ...]
     time_scale: float = 1.0  # > 1 replays faster (higher rate)
     duration_s: float = 0.0  # filled in: last arrival after scaling
+    max_requests: int | None = None  # replay only the first this many arrivals; None: all
 
     @classmethod
     def from_rows(cls, rows, class_names, time_scale: float = 1.0) -> ReplayWorkload:
@@ -84,7 +85,10 @@ class ReplayWorkload:
         return cls(rows, time_scale, requests[-1].arrival_s if requests else 0.0)
 
     def generate(self, classes, rng):
-        return requests_from_rows(self.rows, classes, self.time_scale)
+        return requests_from_rows(self.rows, classes, self.time_scale)[: self.max_requests]
+
+    def stream(self, classes, rng):
+        return iter(self.generate(classes, rng))  # the rows are in memory already
 
     def boundaries(self) -> list[float]:
         return []

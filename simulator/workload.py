@@ -1,9 +1,12 @@
 """Synthetic workloads: an arrival process, a class mix, and step shifts in both.
 
-A workload is generated *before* the simulation starts, as a sorted list of ``Request``s with
-their lengths drawn. Generating up front keeps randomness for traffic separate from randomness for
-acceptance, so two policies compared on the same seed see exactly the same requests (common
-random numbers), and it keeps the SimPy arrival process to one timeout per request.
+A workload is a stream of ``Request``s in arrival order with their lengths drawn, from a
+random generator of its own. Keeping traffic randomness apart from acceptance randomness means two
+policies compared on the same seed see exactly the same requests (common random numbers), and the
+SimPy arrival process takes one timeout per request. The stream is drawn a block at a time
+(``arrivals.BLOCK``) while the simulation consumes it, so a run of millions of requests holds one
+block, not the whole run; a phase that fits in one block is drawn exactly as when whole workloads
+were drawn up front, so seeds give the results they always gave.
 
 Time is cut into *phases*. The first phase starts at 0 with ``rate`` and ``mix``; each entry of
 ``shifts`` starts a new phase at ``at_s`` and may change the rate, the mix, or both (a field it
@@ -20,11 +23,12 @@ lookup is rarely accepted").
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.arrivals import ArrivalProcess
+from simulator.arrivals import BLOCK, ArrivalProcess
 from simulator.entities import Request, RequestClass
 
 
@@ -73,37 +77,62 @@ class Workload:
         return phases
 
     def generate(self, classes: dict[str, RequestClass], rng: np.random.Generator) -> list[Request]:
-        """Draw every request of the run, sorted by arrival time, ids in arrival order."""
-        times_parts, class_parts, prompt_parts, output_parts = [], [], [], []
+        """Every request of the run, sorted by arrival time, ids in arrival order (small runs, tests)."""
+        return list(self.stream(classes, rng))
+
+    def stream(self, classes: dict[str, RequestClass], rng: np.random.Generator) -> Iterator[Request]:
+        """The requests of ``generate``, one at a time; nothing is drawn beyond the current block."""
+        next_id = 0
         for phase in self.phases():
-            times = self.arrival.times(rng, phase.start_s, phase.end_s, phase.rate)
-            names = sorted(phase.mix)
-            weights = np.array([phase.mix[n] for n in names], dtype=float)
-            picks = rng.choice(len(names), size=len(times), p=weights / weights.sum())
-            prompts = np.zeros(len(times), dtype=np.int64)
-            outputs = np.zeros(len(times), dtype=np.int64)
-            for j, name in enumerate(names):
-                chosen = picks == j
-                prompts[chosen] = classes[name].prompt_tokens.sample(rng, int(chosen.sum()))
-                outputs[chosen] = classes[name].output_tokens.sample(rng, int(chosen.sum()))
-            times_parts.append(times)
-            class_parts.append(np.asarray(names, dtype=object)[picks] if len(names) else np.empty(0, dtype=object))
-            prompt_parts.append(prompts)
-            output_parts.append(outputs)
-        if not times_parts:
-            return []
-        times = np.concatenate(times_parts)
-        klass = np.concatenate(class_parts)
-        prompts = np.concatenate(prompt_parts)
-        outputs = np.concatenate(output_parts)
-        if self.max_requests is not None:
-            times, klass = times[: self.max_requests], klass[: self.max_requests]
-            prompts, outputs = prompts[: self.max_requests], outputs[: self.max_requests]
-        return [
-            Request(i, str(c), int(p), int(o), float(t))
-            for i, (t, c, p, o) in enumerate(zip(times.tolist(), klass.tolist(), prompts.tolist(), outputs.tolist()))
-        ]
+            for block in self._blocks(phase, classes, rng):
+                for request in _requests(block, next_id, self._left(next_id)):
+                    yield request
+                    next_id += 1
+                if self._left(next_id) == 0:
+                    return
+
+    def _blocks(self, phase: Phase, classes: dict[str, RequestClass], rng: np.random.Generator) -> Iterator[tuple]:
+        """One phase in blocks: arrival times gathered until a block is full, then classes and lengths."""
+        names = sorted(phase.mix)
+        weights = np.array([phase.mix[n] for n in names], dtype=float)
+        pending: list[np.ndarray] = []
+        count, drawn = 0, False
+        for chunk in self.arrival.chunks(rng, phase.start_s, phase.end_s, phase.rate):
+            pending.append(chunk)
+            count += len(chunk)
+            if count >= BLOCK:
+                yield _draw_block(np.concatenate(pending), names, weights, classes, rng)
+                pending, count, drawn = [], 0, True
+        if pending or not drawn:  # an empty phase still draws its (empty) classes, as it always has
+            yield _draw_block(np.concatenate(pending) if pending else np.empty(0), names, weights, classes, rng)
+
+    def _left(self, next_id: int) -> int | None:
+        return None if self.max_requests is None else max(0, self.max_requests - next_id)
 
     def boundaries(self) -> list[float]:
         """Phase start times after 0, for per-phase reports (before / after a shift)."""
         return [p.start_s for p in self.phases()[1:]]
+
+
+def _draw_block(times: np.ndarray, names: list[str], weights: np.ndarray, classes: dict[str, RequestClass],
+                rng: np.random.Generator) -> tuple:
+    """Class and lengths for each arrival time of one block (times, class index, prompt, output)."""
+    picks = rng.choice(len(names), size=len(times), p=weights / weights.sum())
+    prompts = np.zeros(len(times), dtype=np.int64)
+    outputs = np.zeros(len(times), dtype=np.int64)
+    for j, name in enumerate(names):
+        chosen = picks == j
+        prompts[chosen] = classes[name].prompt_tokens.sample(rng, int(chosen.sum()))
+        outputs[chosen] = classes[name].output_tokens.sample(rng, int(chosen.sum()))
+    return times, [str(n) for n in names], picks, prompts, outputs
+
+
+def _requests(block: tuple, first_id: int, limit: int | None, step: int = 4096) -> Iterator[Request]:
+    """Requests of a drawn block, converted a slice at a time (Python objects only for a slice)."""
+    times, names, picks, prompts, outputs = block
+    n = len(times) if limit is None else min(limit, len(times))
+    for lo in range(0, n, step):
+        hi = min(lo + step, n)
+        rows = zip(times[lo:hi].tolist(), picks[lo:hi].tolist(), prompts[lo:hi].tolist(), outputs[lo:hi].tolist())
+        for i, (t, c, p, o) in enumerate(rows, start=first_id + lo):
+            yield Request(i, names[c], int(p), int(o), float(t))

@@ -61,10 +61,13 @@ def test_same_seed_same_result_and_another_seed_differs():
 
 def test_policies_compared_on_one_seed_see_identical_traffic(env):
     scenario = scenario_from_dict(scenario_dict())
-    plain = build_simulation(simpy.Environment(), scenario, policy="none").requests
-    spec = build_simulation(env, scenario, policy="static:ngram:4").requests
-    fields = lambda requests: [(r.arrival_s, r.klass, r.prompt_tokens, r.output_tokens) for r in requests]  # noqa: E731
-    assert fields(plain) == fields(spec)
+    plain = build_simulation(simpy.Environment(), scenario, policy="none")
+    spec = build_simulation(env, scenario, policy="static:ngram:4")
+    for sim in (plain, spec):
+        sim.env.run()
+    fields = lambda table: [table.arrival_s.tolist(), [table.class_names[k] for k in table.klass],  # noqa: E731
+                            table.prompt_tokens.tolist(), table.output_tokens.tolist()]
+    assert fields(plain.metrics.table()) == fields(spec.metrics.table())
 
 
 def test_littles_law_holds_against_a_probe_of_the_live_system(env):
@@ -82,9 +85,10 @@ def test_littles_law_holds_against_a_probe_of_the_live_system(env):
     env.process(probe(env))
     horizon = 2200.0
     env.run(until=horizon)
-    assert all(r.done for r in sim.requests)
-    lam = len(sim.requests) / horizon
-    w = np.mean([r.e2e_s for r in sim.requests])
+    table = sim.metrics.table()
+    assert table.done.all()
+    lam = len(table) / horizon
+    w = np.mean(table.e2e_s)
     assert np.mean(samples) == pytest.approx(lam * w, rel=0.05)
     assert np.mean(samples) > 0.3  # the system was genuinely loaded, not trivially empty
 
