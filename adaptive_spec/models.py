@@ -6,6 +6,12 @@ GGUF (~20 s for SmolLM2) and saves a safetensors copy in the cache; later loads 
 after a manifest of its files is written, so a half-written cache never has a manifest, and a
 corrupted one fails the manifest check: either way it is deleted and rebuilt, never loaded.
 
+The temporary folder (hidden, as large as the model) is removed whatever stops the conversion:
+an error, Ctrl-C, or SIGTERM. SIGKILL (or a power cut) leaves it behind, so its name records
+which process made it (``.KEY.tmp.PID@HOST.RANDOM``) and the next load removes temporaries whose
+process no longer runs; a concurrent conversion's temporary is left alone. The cache folders are
+created private (0700) whatever the umask: they are the user's, not the machine's.
+
 Also accepted: a local Hugging Face folder (``config.json`` + safetensors) and, when the hub is
 reachable, a hub id. ``trust_remote_code`` is never set, and only safetensors are read.
 """
@@ -16,10 +22,16 @@ import importlib.util
 import json
 import mmap
 import os
+import re
 import shutil
+import signal
+import socket
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +44,10 @@ from adaptive_spec.errors import InvalidParameterError, ModelLoadError
 
 MANIFEST = "adaptive_spec_manifest.json"
 MANIFEST_VERSION = 2
+# a temporary whose owner cannot be asked (another host, or named before owners were recorded) is
+# stale once nothing in it has changed for this long: a conversion takes minutes, so an hour
+# without a change means nobody is writing it
+UNOWNED_STALE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +131,8 @@ def load_model(
 def ensure_converted(builtin: BuiltinModel, cache_root: Path) -> Path:
     """The cached safetensors folder for ``builtin``, building it when missing or corrupt."""
     final = cache_root / "models" / builtin.cache_key
+    make_private_dirs(final.parent)
+    remove_stale_temporaries(final.parent, [builtin.cache_key])
     if final.exists():
         problem = check_manifest(final)
         if problem is None:
@@ -125,9 +143,8 @@ def ensure_converted(builtin: BuiltinModel, cache_root: Path) -> Path:
     if not gguf.exists():
         raise ModelLoadError(f"GGUF weights for {builtin.name!r} not found at {gguf}")
     print(f"adaptive-spec: converting {builtin.description} to safetensors (first load only) ...", file=sys.stderr)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{builtin.cache_key}.", dir=final.parent))
-    try:
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(builtin.cache_key), dir=final.parent))
+    with removed_on_exit(tmp):
         convert_gguf(gguf, tmp)
         write_manifest(tmp)
         try:
@@ -135,9 +152,120 @@ def ensure_converted(builtin: BuiltinModel, cache_root: Path) -> Path:
         except OSError:  # another process finished first: use its copy if it is sound
             if check_manifest(final) is not None:
                 raise
+    return final
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create ``path`` and its missing parents as 0700 whatever the umask (a folder that exists keeps its mode)."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            continue  # a concurrent process made it
+        os.chmod(folder, 0o700)  # mkdir's mode passes through the umask, chmod's does not
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+
+
+def _temp_prefix(cache_key: str) -> str:
+    return f".{cache_key}.tmp.{os.getpid()}@{_host()}."
+
+
+_TEMP_NAME = re.compile(r"^\.(?P<key>.+)\.tmp\.(?P<pid>\d+)@(?P<host>.+)\.[^.]+$")
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so ``finally`` blocks run (BaseException: ``except Exception`` lets it by)."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
+
+
+@contextmanager
+def removed_on_exit(tmp: Path) -> Iterator[None]:
+    """Delete ``tmp`` however the block ends: normally, by an error, Ctrl-C, or SIGTERM.
+
+    SIGTERM's default action ends the process without running ``finally`` blocks, so inside the
+    block (main thread only: Python runs signal handlers there) SIGTERM raises instead; once
+    ``tmp`` is gone the previous handler is put back and the signal delivered to it again, so the
+    process still ends the way the sender asked. A SIGTERM the process ignores stays ignored.
+    """
+    previous = installed = terminated = False
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is not signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, _raise_terminated)
+            installed = True
+    try:
+        yield
+    except _Terminated:
+        terminated = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return final
+        if installed:  # getsignal gives None for a handler not set from Python: treat it as the default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    if terminated:
+        signal.raise_signal(signal.SIGTERM)
+        raise SystemExit(128 + signal.SIGTERM)  # the previous handler returned: still do not carry on
+
+
+def remove_stale_temporaries(folder: Path, keys: list[str] | tuple[str, ...] = ()) -> list[Path]:
+    """Delete conversion temporaries in ``folder`` left by processes that no longer run; returns them.
+
+    A temporary named by this host's process ``pid`` is stale when that process is gone; one from
+    another host, or one named the old way (``.KEY.RANDOM``, no owner), when nothing in it has
+    changed for ``UNOWNED_STALE_S``. A live conversion's temporary is never stale. Old-style names
+    are recognised for the built-in models' cache keys and ``keys``; other hidden folders are left alone.
+    """
+    keys = {b.cache_key for b in BUILTIN_MODELS.values()} | set(keys)
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(".") or not entry.is_dir() or entry.is_symlink():
+            continue
+        match = _TEMP_NAME.match(entry.name)
+        if match and match["host"] == _host():
+            stale, why = not _running(int(match["pid"])), f"its process {match['pid']} no longer runs"
+        else:
+            ours = match is not None or any(entry.name.startswith(f".{key}.") for key in keys)
+            stale = ours and _idle_for(entry) > UNOWNED_STALE_S
+            why = f"untouched for over {UNOWNED_STALE_S / 3600:g} h"
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
+            print(f"adaptive-spec: removed {entry}, an unfinished model conversion ({why})", file=sys.stderr)
+            removed.append(entry)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: checks only that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    except OverflowError:
+        return False
+    return True
+
+
+def _idle_for(folder: Path) -> float:
+    """Seconds since anything in ``folder`` (one level deep) last changed."""
+    try:
+        latest = max([folder.stat().st_mtime, *(p.stat().st_mtime for p in folder.iterdir())])
+    except OSError:
+        return 0.0  # vanishing as we look: its owner is at work
+    return time.time() - latest
 
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
