@@ -61,6 +61,7 @@ from collections.abc import Sequence
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from adaptive_spec.loadgen.client import RequestRecord
 from adaptive_spec.loadgen.run import LoadConfig, LoadResult
@@ -146,7 +147,7 @@ def render(report: dict) -> Group:
     title = (f"{report['model']} · {c['endpoint']} · rate {c['rate']}/s (burstiness {c['burstiness']:g}) · "
              f"concurrency {c['max_concurrency'] or 'unbounded'} · max_tokens {c['max_tokens']}"
              + (" · INTERRUPTED" if report["interrupted"] else ""))
-    summary = Table(title=title, show_header=False, title_justify="left")
+    summary = Table(show_header=False)
     summary.add_column("metric")
     summary.add_column("value", justify="right")
     rows = [
@@ -180,7 +181,7 @@ def render(report: dict) -> Group:
         latency.add_column(name, justify="right")
     for label, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2EL", "e2el_ms")):
         latency.add_row(label, *(_num(v, 1) for v in s[key].values()))
-    parts = [summary, latency]
+    parts = [Text(title), summary, latency]
     if report["phases"]:
         phases = Table(title="by phase of the schedule", title_justify="left")
         for name in ("phase", "mix:s", "completed/sent", "E2EL p50", "E2EL p95", "TTFT p50", "acceptance"):
