@@ -52,6 +52,7 @@ class CachedLM:
             **{self._cache_kwarg: self.cache},
         )
         self.tokens.extend(new_tokens)
+        self._check_length()
         return out.logits[0, -num_logits:]  # [num_logits, vocab]
 
     def rollback(self, length: int) -> None:
@@ -62,6 +63,17 @@ class CachedLM:
         if excess:
             _crop(self.cache, length, excess)
             del self.tokens[length:]
+
+    def _check_length(self) -> None:
+        """A real check (``python -O`` keeps it): keys and values must line up with ``self.tokens``.
+
+        They part only when two requests feed one cache at once (a CachedLM serves one request at a
+        time) or a transformers change alters how the cache grows; either would score tokens at the
+        wrong positions and decode wrong text without any error.
+        """
+        held = self.cache.get_seq_length()
+        if held != len(self.tokens):
+            raise RuntimeError(f"KV cache out of step: it holds {held} positions for {len(self.tokens)} tokens")
 
     def common_prefix(self, context: list[int]) -> int:
         """Length of the longest common prefix between the cached tokens and ``context``."""

@@ -5,11 +5,16 @@ token, whose successor has not been scored yet. A step feeds ``[pending] + draft
 target in one forward pass, which scores the pending token's successor and every draft at once;
 the verifier keeps an accepted prefix plus one recovered or bonus token, and the cache is cropped
 back to the committed tokens. ``k = 0`` is plain decoding through the very same loop.
+
+That cache, the drafters' caches and the controllers are one request's working state, so a decoder
+runs one request at a time (``_OneRequestAtATime``); see ``SpeculativeDecoder`` for what that means
+to callers.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -44,6 +49,15 @@ class SpeculativeDecoder:
 
     >>> decoder = SpeculativeDecoder(load_model("smollm2"), [NgramDrafter()], StaticPolicy("ngram", 8))
     >>> decoder.generate("Repeat: the quick brown fox", max_new_tokens=32).text
+
+    Concurrency: ``generate``, ``stream`` and ``add_drafter`` may be called from any number of
+    threads; a decoder serves one request at a time and the others wait their turn, so every
+    result equals what the request returns alone. ``stream`` takes the decoder at its first
+    ``next()`` and holds it until the stream is exhausted, closed (``close()``) or garbage-collected:
+    a consumer that stops reading early should close it. Starting another request on the same
+    decoder from the thread that holds an open stream raises ``RuntimeError`` instead of waiting for
+    ever. For requests in parallel, build one decoder per worker, each with its own drafters and
+    policy (or ``PolicyRegistry``): they hold per-request state that only this lock protects.
     """
 
     def __init__(
@@ -54,13 +68,14 @@ class SpeculativeDecoder:
         chat_template: bool | None = None,
         observers: list | None = None,
     ) -> None:
+        self._exclusive = _OneRequestAtATime()
         self.target_model = target
         self.tokenizer = target.tokenizer
         self.target = CachedLM(target.model)
         self.device = self.target.device
         self.drafters: dict[str, Drafter] = {PLAIN: NoDrafter()}
         for drafter in drafters:
-            self.add_drafter(drafter)
+            self._add_drafter(drafter)
         # a PolicyRegistry keeps one controller per traffic key, learning across requests
         self.policy: Policy | PolicyRegistry = policy if policy is not None else StaticPolicy(PLAIN, 0)
         has_template = getattr(self.tokenizer, "chat_template", None) is not None
@@ -73,6 +88,10 @@ class SpeculativeDecoder:
         self.cost_memory = StepCostMemory()
 
     def add_drafter(self, drafter: Drafter) -> None:
+        with self._exclusive:  # not while a request iterates the drafters
+            self._add_drafter(drafter)
+
+    def _add_drafter(self, drafter: Drafter) -> None:
         if drafter.vocab_size is not None and drafter.vocab_size != self.target.vocab_size:
             raise InvalidParameterError(
                 "drafter", drafter.name, f"vocabulary size {drafter.vocab_size} differs from the target's {self.target.vocab_size}"
@@ -113,22 +132,37 @@ class SpeculativeDecoder:
         traffic key's controller when the decoder holds a ``PolicyRegistry``; ``force_plain`` or
         ``force_drafter`` (+ ``force_k``) override its choice for this request only.
         """
-        chosen = self.policy_for(key, policy, force_plain, force_drafter, force_k)
-        steps = self._decode(prompt, _config(config, overrides), chosen, key)
-        while True:
+        cfg = _config(config, overrides)
+        with self._exclusive:
+            steps = self._decode(prompt, cfg, self.policy_for(key, policy, force_plain, force_drafter, force_k), key)
             try:
-                next(steps)
-            except StopIteration as done:
-                return done.value
+                while True:
+                    try:
+                        next(steps)
+                    except StopIteration as done:
+                        return done.value
+            finally:
+                steps.close()  # observers hear the end of the request while it still holds the decoder
 
     def stream(
         self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None,
         key: str = "", force_plain: bool = False, force_drafter: str | None = None, force_k: int | None = None,
         **overrides,
     ) -> Iterator[str]:
-        """Yield text as soon as it is accepted. Text that could still become a stop string is held back."""
+        """Yield text as soon as it is accepted. Text that could still become a stop string is held back.
+
+        The stream holds the decoder from its first ``next()`` until it is exhausted, closed or
+        garbage-collected (see the class docstring).
+        """
         cfg = _config(config, overrides)
-        steps = self._decode(prompt, cfg, self.policy_for(key, policy, force_plain, force_drafter, force_k), key)
+        with self._exclusive:
+            steps = self._decode(prompt, cfg, self.policy_for(key, policy, force_plain, force_drafter, force_k), key)
+            try:
+                yield from self._stream_text(steps, cfg)
+            finally:
+                steps.close()  # an abandoned stream ends its request before it lets the decoder go
+
+    def _stream_text(self, steps: Generator[list[int], None, GenerationResult], cfg: GenerationConfig) -> Iterator[str]:
         holdback = max((len(s) for s in cfg.stop_strings), default=1) - 1
         generated: list[int] = []
         sent = 0
@@ -146,6 +180,7 @@ class SpeculativeDecoder:
                 safe = min(safe, len(text.rstrip("\ufffd")))
             if safe > sent:
                 yield text[sent:safe]
+                self._exclusive.resumed()
                 sent = safe
 
     def policy_for(self, key: str = "", policy: Policy | None = None, force_plain: bool = False,
@@ -259,8 +294,12 @@ class SpeculativeDecoder:
         t1 = self._now()
 
         # 3. verify: one target pass over the pending token and every draft
-        if len(self.target.tokens) != len(context) - 1:
-            raise RuntimeError("target cache out of step with the context")
+        # a real check, not an assert (``python -O`` drops those): a cache holding other tokens
+        # than the context would be verified against and yield wrong text without any error
+        if self.target.tokens != context[:-1]:
+            raise RuntimeError(
+                f"target cache out of step with the context: it holds {len(self.target.tokens)} tokens, "
+                f"the context has {len(context) - 1} before the pending token")
         logits = self.target.extend([context[-1], *drafts], num_logits=len(drafts) + 1)  # [k+1, vocab]
         verdict = self._verify(drafts, proposal, logits, cfg, generator)
 
@@ -335,6 +374,40 @@ class SpeculativeDecoder:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
+
+
+class _OneRequestAtATime:
+    """The decoder's lock, held by one request from its start to its end (a stream's whole life).
+
+    A plain ``Lock``, not an ``RLock``: a stream abandoned by one thread may be garbage-collected,
+    and so released, by another. The thread that last ran the holding request is remembered, so
+    that it starting a second request gets an error rather than waiting on itself for ever.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: int | None = None  # ident of the thread that last ran the holding request
+
+    def __enter__(self) -> "_OneRequestAtATime":
+        me = threading.get_ident()
+        if self._holder == me:  # only this thread writes its own ident here, so no race
+            raise RuntimeError(
+                "this thread already holds the decoder (an unfinished stream, or a call from inside a "
+                "request's observer): exhaust or close() the stream before starting another request on it")
+        self._lock.acquire()
+        self._holder = me
+        return self
+
+    def resumed(self) -> None:
+        """A stream was resumed, possibly by another thread than the one that started it."""
+        self._holder = threading.get_ident()
+
+    def __exit__(self, *exc) -> None:
+        self._holder = None
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
 
 
 def _config(config: GenerationConfig | None, overrides: dict) -> GenerationConfig:
