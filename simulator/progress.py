@@ -1,10 +1,11 @@
 """Progress of a long simulation, on stderr: a bar on a terminal, a line now and then otherwise.
 
 A ``Progress`` is the ``on_arrival`` callback of ``simulate``: it sees each request as the arrival
-process releases it, so it costs nothing per decode step. How far the run is comes from simulated
-time - the arrival time of the latest request against the workload's duration - which is exact
-however wrong the request estimate was; the time left assumes the rest goes as fast as so far
-(the drain after the last arrival is not counted).
+process releases it, so it costs nothing per decode step. How far the run is: the larger of two
+shares, simulated time (the latest arrival against the workload's duration: right however wrong
+the request estimate is) and requests (arrived against expected: right when ``max_requests`` stops
+arrivals early). The time left assumes the rest goes as fast as so far (the drain after the last
+arrival is not counted).
 
 Nothing is printed for a run shorter than ``delay_s``: a bar or a line only appears once the run
 has lasted that long, so short runs (and tests) see no output at all. On a terminal the bar is
@@ -46,7 +47,8 @@ class Progress:
                 self._report(request.arrival_s, now)
 
     def _report(self, simulated_s: float, now: float) -> None:
-        fraction = min(1.0, simulated_s / self.duration_s) if self.duration_s > 0 else 1.0
+        by_time = simulated_s / self.duration_s if self.duration_s > 0 else 1.0
+        fraction = min(1.0, max(by_time, self.arrived / max(1, self.expected_requests)))
         elapsed = now - self._started
         if self._terminal and self._show_bar(fraction):
             self._next_report = now + 0.2
