@@ -16,7 +16,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Generator
 
@@ -147,22 +147,24 @@ class SpeculativeDecoder:
     def stream(
         self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None,
         key: str = "", force_plain: bool = False, force_drafter: str | None = None, force_k: int | None = None,
-        **overrides,
+        on_result: Callable[[GenerationResult], None] | None = None, **overrides,
     ) -> Iterator[str]:
         """Yield text as soon as it is accepted. Text that could still become a stop string is held back.
 
         The stream holds the decoder from its first ``next()`` until it is exhausted, closed or
-        garbage-collected (see the class docstring).
+        garbage-collected (see the class docstring). ``on_result`` receives the request's
+        ``GenerationResult`` (stats and steps) once it is complete, before the last piece of text.
         """
         cfg = _config(config, overrides)
         with self._exclusive:
             steps = self._decode(prompt, cfg, self.policy_for(key, policy, force_plain, force_drafter, force_k), key)
             try:
-                yield from self._stream_text(steps, cfg)
+                yield from self._stream_text(steps, cfg, on_result)
             finally:
                 steps.close()  # an abandoned stream ends its request before it lets the decoder go
 
-    def _stream_text(self, steps: Generator[list[int], None, GenerationResult], cfg: GenerationConfig) -> Iterator[str]:
+    def _stream_text(self, steps: Generator[list[int], None, GenerationResult], cfg: GenerationConfig,
+                     on_result: Callable[[GenerationResult], None] | None = None) -> Iterator[str]:
         holdback = max((len(s) for s in cfg.stop_strings), default=1) - 1
         generated: list[int] = []
         sent = 0
@@ -170,6 +172,8 @@ class SpeculativeDecoder:
             try:
                 generated.extend(next(steps))
             except StopIteration as done:
+                if on_result is not None:
+                    on_result(done.value)
                 text = done.value.text
                 if len(text) > sent:
                     yield text[sent:]
