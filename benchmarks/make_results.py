@@ -329,6 +329,56 @@ def refactor_section(results_dir: Path, dates: dict | None) -> str:
                         provenance(results_dir, ["refactor_ab.json"], dates, command, machine_line(data))])
 
 
+def server_overhead_section(results_dir: Path, dates: dict | None) -> str:
+    if not (Path(results_dir) / "server_overhead.json").exists():
+        return ""
+    data = load(results_dir, "server_overhead.json")
+    lo, hi = data["median_pair_difference_ci95_s"]
+    rows = [[f"{data['p50_in_process_s'] * 1e3:.0f}", f"{data['p50_http_s'] * 1e3:.0f}",
+             f"{data['p50_difference_s'] * 1e3:+.1f}", f"{data['median_pair_difference_s'] * 1e3:+.1f} "
+             f"[{lo * 1e3:+.1f}, {hi * 1e3:+.1f}]", f"{data['budget_s'] * 1e3:.0f}",
+             "yes" if data["within_budget"] else "**no**", "yes" if data["all_same_text"] else "**no**"]]
+    spec = data["speculation"]
+    what = (f"End-to-end latency of the same requests through `adaptive-spec serve` (HTTP, non-streamed) and "
+            f"through `generate` in process, on one decoder, paired and interleaved: [`{Path(data['prompts']).name}`]"
+            f"({Path(data['prompts']).name}), {data['max_tokens']} new tokens, greedy, `static:{spec['drafter']}:"
+            f"{spec['k']}` on both sides, {data['rounds']} rounds. Budget: 5% of the in-process p50 or 10 ms, "
+            "whichever is larger.")
+    header = ["in process p50 ms", "HTTP p50 ms", "p50 difference ms", "per-pair median ms [95% CI]",
+              "budget ms", "within", "same text"]
+    command = (f".venv/bin/python -m benchmarks.server_overhead --rounds {data['rounds']} "
+               "--out benchmarks/results/server_overhead.json")
+    return "\n\n".join(["## Server overhead", what, table(header, rows),
+                        provenance(results_dir, ["server_overhead.json"], dates, command, machine_line(data))])
+
+
+def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
+    if not (Path(results_dir) / "serve_shift.json").exists():
+        return ""
+    data = load(results_dir, "serve_shift.json")
+    rows = []
+    for run in data["runs"]:
+        err = run["simulator_error"]
+        rows.append([f"`{run['config']}`", f"{run['rate']:g}", str(run["round"] + 1), f"{run['completed']}/{run['requests']}",
+                     f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
+                     "-" if run["goodput_rps"] is None else f"{run['goodput_rps']:.3f}",
+                     f"{run['simulated_e2e_s']['p50']:.2f} ({err['p50']:+.0%})",
+                     f"{run['simulated_e2e_s']['p95']:.2f} ({err['p95']:+.0%})"])
+    phases = " → ".join(data["phases"].split(","))
+    what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve`: [`{Path(data['prompts']).name}`]"
+            f"({Path(data['prompts']).name}) prompts, {phases} ({data['phase_s']:g} s each), Poisson arrivals, "
+            f"{data['max_tokens']} new tokens, greedy; every config replays the same seeded arrivals. Goodput: "
+            f"requests per second meeting `{data['goodput_slos']}` (ms). The simulator replays each run's "
+            f"completed requests with [`{Path(data['profile']).name}`](../{data['profile']}) and the same policy.")
+    header = ["config", "req/s offered", "round", "completed", "E2EL p50 s", "E2EL p95 s", "goodput req/s",
+              "simulated p50 s (error)", "simulated p95 s (error)"]
+    also = "".join(f" --also-rate {r['rate']:g}" for r in data["runs"] if r["rate"] != data["rate"])
+    command = (f".venv/bin/python -m benchmarks.serve_shift --rate {data['rate']:g} --phase-s {data['phase_s']:g} "
+               f"--rounds {data['rounds']}{also} --out benchmarks/results/serve_shift.json")
+    return "\n\n".join(["## Served traffic through a shift", what, table(header, rows),
+                        provenance(results_dir, ["serve_shift.json"], dates, command, machine_line(data))])
+
+
 def not_reported_section(results_dir: Path) -> str:
     present = [n for n in NOT_REPORTED if (Path(results_dir) / n).exists()]
     if not present:
@@ -380,6 +430,8 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         telemetry_section(results_dir, dates),
         validation_section(results_dir, ["sim_validation.json", "sim_validation_adaptive.json"], dates),
         simulator_speed_section(results_dir, dates),
+        serve_shift_section(results_dir, dates),
+        server_overhead_section(results_dir, dates),
         refactor_section(results_dir, dates),
         not_reported_section(results_dir),
     ]

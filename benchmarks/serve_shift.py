@@ -1,0 +1,148 @@
+"""The server under a traffic shift: ``adaptive`` against ``static:ngram:8`` and plain decoding at the
+same offered load, measured with ``adaptive-spec loadgen``, and the simulator's prediction of each run.
+
+One ``adaptive-spec serve`` (the default ``adaptive`` policy, the device's default drafters) serves
+every run; a config is a per-request ``speculation`` override (``static``: ngram, k = 8; ``off``:
+plain), each on a traffic key of its own so no config's steps teach another's controller. Within a
+round every config replays the same seeded arrivals and prompts (copy-heavy, then open-ended, then
+copy-heavy again), the order rotating from round to round. Each run's completed requests are then
+replayed by the simulator (``benchmarks.sim_validation.simulate_trace``: the calibrated profile,
+the same policy) and its p50/p95 end-to-end latency compared with the measured ones; ``--also-rate``
+adds ``adaptive`` runs at other offered loads for that comparison.
+
+    python -m benchmarks.serve_shift --rate 0.15 --phase-s 100 --out benchmarks/results/serve_shift.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import httpx
+
+from adaptive_spec.outputs import output_path, write_json_atomic
+from benchmarks.sim_validation import simulate_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = {"adaptive": ({"mode": "auto"}, "adaptive"),
+           "static:ngram:8": ({"mode": "static", "drafter": "ngram", "k": 8}, "static:ngram:8"),
+           "plain": ({"mode": "off"}, "plain")}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "adaptive_spec.cli", "serve", "--port", str(port),
+                             "--telemetry", "off", "--max-queue", "1000"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}")
+        time.sleep(1)
+    proc.kill()
+    raise RuntimeError("the server did not become ready in 10 minutes")
+
+
+def loadgen(url: str, args: argparse.Namespace, config: str, rate: float, seed: int, out: Path) -> dict:
+    speculation, _ = CONFIGS[config]
+    schedule = ",".join(f"{kind}:{args.phase_s:g}" for kind in args.phases.split(","))
+    command = [sys.executable, "-m", "adaptive_spec.cli", "loadgen", "--url", url, "--prompts", str(args.prompts),
+               "--rate", str(rate), "--schedule", schedule, "--max-tokens", str(args.max_tokens),
+               "--temperature", "0", "--seed", str(seed), "--traffic-key", f"serve-shift-{config}",
+               "--extra-body", json.dumps({"speculation": speculation}), "--goodput", *args.goodput.split(),
+               "--out", str(out), "--quiet"]
+    subprocess.run(command, check=True, cwd=ROOT)
+    return json.loads(out.read_text())
+
+
+def summarize(report: dict, policy: str, profile: str, seed: int) -> dict:
+    s = report["summary"]
+    rows = [r for r in report["requests"] if r["ok"]]
+    predicted = simulate_trace(rows, profile, policy, seed)
+    measured = {"p50": s["e2el_ms"]["p50"] / 1e3, "p95": s["e2el_ms"]["p95"] / 1e3}
+    return {
+        "requests": s["requests"], "completed": s["completed"], "errors": s["errors"],
+        "e2el_s": measured, "ttft_s": {q: s["ttft_ms"][q] / 1e3 for q in ("p50", "p95")},
+        "output_throughput": s["output_throughput"],
+        "goodput_rps": s["goodput"]["requests_per_s"] if s["goodput"] else None,
+        "good_requests": s["goodput"]["good_requests"] if s["goodput"] else None,
+        "acceptance_rate": (report.get("speculation_per_request") or {}).get("acceptance_rate"),
+        "phases": [{"schedule": p["schedule"], "requests": p["requests"], "e2el_ms": p["e2el_ms"]}
+                   for p in report.get("phases") or []],
+        "simulated_e2e_s": predicted["e2e_s"],
+        "simulator_error": {q: (predicted["e2e_s"][q] - measured[q]) / measured[q] for q in ("p50", "p95")},
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=Path, default=ROOT / "benchmarks" / "shift.jsonl")
+    parser.add_argument("--phases", default="copy,open,copy")
+    parser.add_argument("--phase-s", type=float, default=100.0)
+    parser.add_argument("--rate", type=float, default=0.15)
+    parser.add_argument("--also-rate", type=float, action="append", default=[], help="adaptive at another load")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--goodput", default="ttft:2000 e2el:10000")
+    parser.add_argument("--profile", default=str(ROOT / "simulator" / "profiles" / "smollm2_cpu.json"))
+    parser.add_argument("--out", type=output_path, required=True)
+    args = parser.parse_args(argv)
+    configs = args.configs.split(",")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = start_server(port)
+    runs = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(args.rounds):
+                order = configs[r % len(configs):] + configs[:r % len(configs)]
+                plan = [(c, args.rate) for c in order] + ([("adaptive", rate) for rate in args.also_rate] if r == 0 else [])
+                for config, rate in plan:
+                    print(f"round {r + 1}/{args.rounds}: {config} at {rate:g} req/s", flush=True)
+                    report = loadgen(url, args, config, rate, r, Path(tmp) / f"{config}-{rate}-{r}.json")
+                    run = {"round": r, "config": config, "rate": rate,
+                           **summarize(report, CONFIGS[config][1], args.profile, r)}
+                    runs.append(run)
+                    print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "
+                          f"{run['goodput_rps']} req/s; simulated p50 {run['simulated_e2e_s']['p50']:.2f} s "
+                          f"({run['simulator_error']['p50']:+.1%}), p95 {run['simulated_e2e_s']['p95']:.2f} s "
+                          f"({run['simulator_error']['p95']:+.1%})", flush=True)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    result = {"prompts": os.path.relpath(args.prompts, ROOT), "phases": args.phases, "phase_s": args.phase_s,
+              "rate": args.rate, "max_tokens": args.max_tokens, "goodput_slos": args.goodput,
+              "profile": os.path.relpath(args.profile, ROOT), "rounds": args.rounds,
+              "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
+                          "transformers": version("transformers"), "platform": platform.platform()},
+              "runs": runs}
+    write_json_atomic(args.out, result, "out")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
