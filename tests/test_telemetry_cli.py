@@ -114,9 +114,13 @@ def test_prometheus_spec_serves_metrics_over_http():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     (observer,) = build_observers(f"prometheus:127.0.0.1:{port}")
-    decoder = SpeculativeDecoder(loaded(tiny_llama(0)), [NgramDrafter()], StaticPolicy("ngram", 4), observers=[observer])
+    # the process shares one Prometheus registry (other tests count their own models in it): a model name of its own
+    model = "tiny-prometheus-http"
+    decoder = SpeculativeDecoder(loaded(tiny_llama(0), name=model), [NgramDrafter()], StaticPolicy("ngram", 4),
+                                 observers=[observer])
     result = decoder.generate(PROMPT, max_new_tokens=16)
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    line = next(x for x in body.splitlines() if x.startswith("adaptive_spec_spec_decode_draft_tokens_total{"))
+    line = next(x for x in body.splitlines()
+                if x.startswith("adaptive_spec_spec_decode_draft_tokens_total{") and f'"{model}"' in x)
     assert float(line.rsplit(" ", 1)[1]) == result.stats.draft_tokens
     assert "gen_ai_server_time_to_first_token_seconds_count" in body
