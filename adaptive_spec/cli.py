@@ -379,9 +379,11 @@ def _mount_subcommands() -> None:
     from adaptive_spec.server.cli import serve
     from adaptive_spec.loadgen.cli import loadgen
     from simulator.cli import app as simulate_app
+    from dashboard.cli import dashboard
 
     app.command("serve")(serve)
     app.command("loadgen")(loadgen)
+    app.command("dashboard")(dashboard)
 
     app.add_typer(telemetry_app, name="telemetry", help="Read the telemetry store: summary per model and drafter.")
     app.command("alerts", help="Firing and recent alerts from the telemetry store.")(alerts_command)
