@@ -1,0 +1,137 @@
+"""Live: is speculation paying right now, and what is the controller doing about it?
+
+Refreshes itself every ``data.TTL_S`` seconds (a fragment: only this view reruns, not the app).
+Every figure is a rate derived from the store's counters over the chosen window (``data.py``).
+"""
+
+import pandas as pd
+import streamlit as st
+
+from dashboard import charts, data, ui
+
+st.title("Live")
+path = ui.require_store()
+
+
+def key_label(key: str) -> str:
+    return key or "(no key)"
+
+
+def throughput(buckets: pd.DataFrame, plain_all_keys: pd.DataFrame, reqs: pd.DataFrame) -> None:
+    spec = data.rates(buckets[buckets["drafter"] != data.PLAIN])
+    plain = data.rates(plain_all_keys[plain_all_keys["drafter"] == data.PLAIN])
+    speedup = data.ratio(spec["decode_tokens_per_s"] or 0, plain["decode_tokens_per_s"] or 0) \
+        if spec["decode_tokens_per_s"] and plain["decode_tokens_per_s"] else None
+    ok = reqs[reqs["error"].isna()]
+    seconds = float((ok["ttft_s"].fillna(0) + ok["decode_s"].fillna(0)).sum())
+    c = st.columns(4)
+    c[0].metric("speculative decode tokens/s", ui.fmt(spec["decode_tokens_per_s"], ".1f"),
+                help="emitted tokens / (draft s + verify s) of the speculative steps")
+    c[1].metric("plain decoding tokens/s", ui.fmt(plain["decode_tokens_per_s"], ".1f"),
+                help="the same model's plain steps (all keys): guard probes or plain configurations")
+    c[2].metric("speedup vs plain", ui.fmt(speedup, ".2f", unit="x"),
+                help="'-' until the window holds both speculative and plain steps")
+    c[3].metric("request tokens/s", ui.fmt(data.ratio(ok["new_tokens"].sum(), seconds), ".1f"),
+                help="new tokens / (TTFT + decode s), whole requests")
+
+
+def acceptance(buckets: pd.DataFrame) -> None:
+    spec = buckets[buckets["drafter"] != data.PLAIN]
+    r = data.rates(spec)
+    steps = int(buckets["steps"].sum())
+    c = st.columns(4)
+    c[0].metric("acceptance rate", ui.fmt(r["acceptance_rate"], ".3f"), help="accepted / draft tokens")
+    c[1].metric("mean acceptance length", ui.fmt(r["mean_acceptance_length"], ".2f"), help="1 + accepted / drafts")
+    c[2].metric("mean k (speculative steps)", ui.fmt(r["mean_k"], ".2f"), help="k asked for, per speculative step")
+    c[3].metric("steps with speculation off", ui.fmt(data.ratio(steps - r["steps"], steps), ".1%"),
+                help="plain steps / all steps")
+
+
+def latency(reqs: pd.DataFrame) -> None:
+    ok = reqs[reqs["error"].isna()]
+    c = st.columns(6)
+    i = 0
+    for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        for q in (50, 95):
+            c[i].metric(f"{label} p{q}", ui.fmt(data.percentile(ok[name], q), ".1f", 1e3, " ms"))
+            i += 1
+    st.caption(f"{len(reqs)} requests finished in the window ({len(reqs) - len(ok)} with errors); "
+               "nearest-rank percentiles")
+
+
+def over_time(buckets: pd.DataFrame, positions: pd.DataFrame) -> None:
+    spec = buckets[buckets["drafter"] != data.PLAIN].assign(
+        series=lambda d: d["drafter"] + " · " + d["key"].map(key_label))
+    by_series = data.rate_series(spec, ["series"])
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Acceptance rate")
+        st.altair_chart(charts.over_time(by_series, "acceptance_rate", "accepted / draft tokens", "series",
+                                         y_format=".0%"))
+        st.subheader("Chosen draft length k")
+        by_key = data.rate_series(spec.assign(key=spec["key"].map(key_label)), ["key"])
+        st.altair_chart(charts.over_time(by_key, "mean_k", "mean k (tokens)", "key"))
+        st.subheader("Acceptance per position")
+        if positions.empty:
+            st.info("no drafts in the window")
+        else:
+            pos = positions.groupby(["drafter", "position"], as_index=False)[["proposed", "accepted"]].sum()
+            pos["acceptance"] = pos["accepted"] / pos["proposed"]
+            pos["position"] += 1  # 1-based for people: "the 1st draft token"
+            st.altair_chart(charts.bars(pos, "position", "acceptance", "draft position", "accepted / reached",
+                                        "drafter", ".0%"))
+    with right:
+        st.subheader("Mean acceptance length")
+        st.altair_chart(charts.over_time(by_series, "mean_acceptance_length", "tokens per draft", "series"))
+        st.subheader("Drafter the controller chose")
+        steps = buckets.groupby(["t", "drafter"], as_index=False)["steps"].sum()
+        steps["time"] = pd.to_datetime(steps["t"], unit="s")
+        st.altair_chart(charts.stacked_share(steps, "steps", "drafter", "share of steps"))
+        st.subheader("Speculation off")
+        off = buckets.assign(key=buckets["key"].map(key_label),
+                             plain=buckets["steps"].where(buckets["drafter"] == data.PLAIN, 0))
+        off = off.groupby(["t", "key"], as_index=False)[["plain", "steps"]].sum()
+        off["share_off"] = off["plain"] / off["steps"]
+        off["time"] = pd.to_datetime(off["t"], unit="s")
+        st.altair_chart(charts.over_time(off, "share_off", "plain steps / steps", "key", y_format=".0%"))
+
+
+def decision_log(decisions: pd.DataFrame) -> None:
+    st.subheader("Controller decisions")
+    if decisions.empty:
+        st.caption("no decisions recorded in the window")
+        return
+    log = decisions.sort_values("time", ascending=False).head(50).assign(
+        time=lambda d: d["time"].map(ui.stamp), key=lambda d: d["key"].map(key_label))
+    st.dataframe(log[["time", "key", "kind", "drafter", "value", "previous"]], hide_index=True)
+
+
+@st.fragment(run_every=data.TTL_S)
+def live() -> None:
+    ui.alert_banner(path)
+    pick = st.columns(3)
+    window = pick[0].selectbox("window", list(ui.WINDOWS), index=1, key="live_window")
+    since = data.window_start(ui.WINDOWS[window])
+    choices = data.series(path, since)
+    if choices.empty:
+        st.info(f"no traffic in the last {window}")
+        return
+    model = pick[1].selectbox("model", sorted(choices["model"].unique()), key="live_model")
+    keys = pick[2].multiselect("traffic key", sorted(choices.loc[choices["model"] == model, "key"].unique()),
+                               format_func=key_label, placeholder="all keys", key="live_keys")
+    keys = tuple(sorted(keys))
+    bucket_s = data.bucket_for(ui.WINDOWS[window])
+    buckets = data.interval_buckets(path, since, bucket_s, model, keys)
+    if buckets.empty:
+        st.info(f"no traffic in the last {window} for {model}" + (f", keys {', '.join(keys)}" if keys else ""))
+        return
+    reqs = data.requests(path, since, model, keys)
+    throughput(buckets, data.interval_buckets(path, since, bucket_s, model), reqs)
+    acceptance(buckets)
+    latency(reqs)
+    st.caption(f"last {window}, {bucket_s:g} s buckets, refreshed every {data.TTL_S:g} s")
+    over_time(buckets, data.position_acceptance(path, since, model, keys))
+    decision_log(data.decisions(path, since, model, keys))
+
+
+live()

@@ -1,0 +1,89 @@
+"""The What-if page: its table is the simulator's own output for the same scenario and seed."""
+
+import math
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard import whatif
+from dashboard_testkit import APP
+from simulator import capacity, simulate
+from simulator.entities import Request
+from simulator.report import metric_rows
+from simulator.scenario import SLO
+
+# small enough to run in a second or two per policy
+INPUTS = dict(rate=0.1, duration_s=900.0, shift_at_s=450.0, seed=3, policies=("none", "static:ngram:8"))
+
+
+def whatif_page(monkeypatch, tmp_path) -> AppTest:
+    monkeypatch.setenv("ADAPTIVE_SPEC_TELEMETRY_DB", str(tmp_path / "none.sqlite"))  # not needed by this page
+    at = AppTest.from_file(str(APP), default_timeout=120).run()
+    at.switch_page("app_pages/whatif.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def fill(at: AppTest, **values) -> AppTest:
+    at.number_input(key="wi_rate").set_value(values["rate"])
+    at.number_input(key="wi_duration").set_value(values["duration_s"])
+    at.number_input(key="wi_shift_at").set_value(values["shift_at_s"])
+    at.number_input(key="wi_seed").set_value(values["seed"])
+    at.multiselect(key="wi_policies").set_value(list(values["policies"]))
+    return at
+
+
+def test_whatif_table_is_the_simulators_output_for_the_same_scenario_and_seed(monkeypatch, tmp_path):
+    at = fill(whatif_page(monkeypatch, tmp_path), **INPUTS)
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    table = at.dataframe[0].value
+    inputs = whatif.WhatIf(**INPUTS, bin_s=max(60.0, INPUTS["duration_s"] / 24))
+    scenario = whatif.build_scenario(inputs)
+    assert scenario.seed == INPUTS["seed"] and scenario.workload.rate == INPUTS["rate"]
+    for policy in INPUTS["policies"]:
+        direct = dict(metric_rows(simulate(scenario, policy).summary))
+        assert dict(zip(table["metric"], table[policy])) == direct
+    assert [s.value for s in at.subheader] == ["Latency over time (by arrival time)", "SLO attainment over time",
+                                               "Summary"]
+
+
+def test_a_mix_of_nothing_is_one_clear_error(monkeypatch, tmp_path):
+    at = fill(whatif_page(monkeypatch, tmp_path), **INPUTS)
+    for name in whatif.class_names(whatif.DEFAULT_BASE):
+        at.number_input(key=f"wi_mix_{name}").set_value(0.0)
+    at.button[0].click().run()
+    (error,) = at.error
+    assert error.value.startswith("Cannot build the scenario: workload.mix")
+    assert not at.dataframe
+
+
+def test_too_large_a_run_is_refused_before_it_starts():
+    with pytest.raises(ValueError, match="requests per policy"):
+        whatif.build_scenario(whatif.WhatIf(rate=50.0, duration_s=86400.0))
+
+
+def test_latency_over_time_bins_by_arrival_and_counts_unfinished_as_misses():
+    def request(i, arrival, first, finish):
+        return Request(i, "copy", 10, 11, arrival, first_token_s=first, finish_s=finish)
+
+    requests = [request(0, 1.0, 1.5, 3.0), request(1, 2.0, 2.5, 9.0),  # bin 0: E2E 2 s and 7 s
+                request(2, 12.0, 12.5, math.nan)]  # bin 1: never finished
+    table = whatif.latency_over_time(requests, "p", 10.0, SLO(e2e_s=5.0))
+    rows = {(r.t_s, r.metric): r.value for r in table.itertuples()}
+    assert rows[(0.0, "SLO attainment")] == 0.5 and rows[(10.0, "SLO attainment")] == 0.0
+    assert rows[(0.0, "E2E p50")] == pytest.approx(4.5)
+    assert (10.0, "E2E p50") not in rows  # nothing finished: no latency, not NaN
+
+
+def test_capacity_curve_is_the_simulators_capacity_search(monkeypatch, tmp_path):
+    inputs = {**INPUTS, "policies": ("static:ngram:8",)}
+    at = fill(whatif_page(monkeypatch, tmp_path), **inputs)
+    at.text_input(key="wi_capacity_rates").set_value("0.4, 0.1")
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    curve = at.dataframe[1].value
+    scenario = whatif.build_scenario(whatif.WhatIf(**inputs, bin_s=max(60.0, inputs["duration_s"] / 24)))
+    direct = [capacity(scenario, rate=rate, policy="static:ngram:8").replicas for rate in (0.1, 0.4)]
+    assert list(curve["rate"]) == [0.1, 0.4]
+    assert list(curve["replicas"]) == [d if d is not None else "not met" for d in direct]
