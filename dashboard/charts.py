@@ -37,7 +37,7 @@ def stacked_share(df: pd.DataFrame, y: str, color: str, y_title: str) -> alt.Cha
 def bars(df: pd.DataFrame, x: str, y: str, x_title: str, y_title: str, color: str | None = None,
          y_format: str | None = None) -> alt.Chart:
     """Grouped bars (per-position acceptance: positions on x, one bar per drafter)."""
-    enc = dict(x=alt.X(f"{x}:O", title=x_title), y=alt.Y(f"{y}:Q", title=y_title,
+    enc = dict(x=alt.X(f"{x}:O", title=x_title, axis=alt.Axis(labelAngle=0)), y=alt.Y(f"{y}:Q", title=y_title,
                                                            axis=alt.Axis(format=y_format) if y_format else alt.Axis()),
                tooltip=[f"{x}:O", alt.Tooltip(f"{y}:Q", format=y_format or ".3f")])
     if color:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,8 @@ def dashboard(
         # the pages show model names, traffic keys and latencies to anyone who can reach the port
         typer.echo(f"note: serving on {host}, reachable from other machines, without a login", err=True)
     process = subprocess.Popen(command)
+    # a service manager stops this command with SIGTERM: pass it on, or Streamlit outlives us
+    signal.signal(signal.SIGTERM, lambda signum, frame: process.terminate())
     try:
         code = process.wait()
     except KeyboardInterrupt:
@@ -66,4 +69,4 @@ def dashboard(
         except (KeyboardInterrupt, subprocess.TimeoutExpired):
             process.terminate()
             code = process.wait()
-    raise typer.Exit(code)
+    raise typer.Exit(code if code >= 0 else 128 - code)  # killed by signal N: 128 + N, as a shell reports it

@@ -36,6 +36,13 @@ def fmt(value: float | None, spec: str = ".2f", scale: float = 1.0, unit: str = 
     return format(value * scale, spec) + unit
 
 
+def duration(seconds: float | None) -> str:
+    """A latency for a tile: ms below a second (TPOT, TTFT), seconds above (E2E); "-" for none."""
+    if seconds is None or seconds != seconds:
+        return "-"
+    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
 def stamp(t: float | None) -> str:
     return "-" if t is None or t != t else datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 

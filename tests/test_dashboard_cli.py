@@ -78,7 +78,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_dashboard_command_serves_the_app(tmp_path):
+def test_dashboard_command_serves_the_app_and_stops_it_on_sigterm(tmp_path):
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "adaptive_spec.cli", "dashboard", "--port", str(port),
                              "--telemetry-db", str(tmp_path / "t.sqlite")], cwd=REPO, stdout=subprocess.PIPE,
@@ -93,6 +93,13 @@ def test_dashboard_command_serves_the_app(tmp_path):
                 time.sleep(0.5)
         assert health == b"ok", proc.stdout.read() if proc.poll() is not None else "no answer in 60 s"
         assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).status == 200
+        proc.send_signal(signal.SIGTERM)  # to the command only, as a service manager would
+        proc.wait(timeout=30)
+        with pytest.raises(OSError):  # Streamlit stopped with it
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the command and the Streamlit server it started
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # whatever is left of the command and its server
+        except ProcessLookupError:
+            pass
         proc.wait(timeout=30)

@@ -6,6 +6,7 @@ from streamlit.testing.v1 import AppTest
 
 from adaptive_spec.telemetry import store
 from adaptive_spec.telemetry.summary import percentile
+from dashboard.ui import duration
 from dashboard_testkit import APP, MODEL, query, record_store, store_counters
 
 
@@ -36,7 +37,7 @@ def test_shown_acceptance_is_the_store_counters(recorded, monkeypatch):
     assert shown["mean acceptance length"] == f"{1 + c['accepted_tokens'] / c['drafts']:.2f}"
     assert shown["steps with speculation off"] == f"{(c['all_steps'] - c['steps']) / c['all_steps']:.1%}"
     ttft = [r[0] for r in query(recorded.final, "SELECT ttft_s FROM requests WHERE error IS NULL")]
-    assert shown["TTFT p95"] == f"{percentile(ttft, 95) * 1e3:.1f} ms"
+    assert shown["TTFT p95"] == duration(percentile(ttft, 95))
     assert shown["plain decoding tokens/s"] != "-" and shown["speedup vs plain"].endswith("x")
 
 

@@ -53,7 +53,7 @@ def latency(reqs: pd.DataFrame) -> None:
     i = 0
     for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         for q in (50, 95):
-            c[i].metric(f"{label} p{q}", ui.fmt(data.percentile(ok[name], q), ".1f", 1e3, " ms"))
+            c[i].metric(f"{label} p{q}", ui.duration(data.percentile(ok[name], q)))
             i += 1
     st.caption(f"{len(reqs)} requests finished in the window ({len(reqs) - len(ok)} with errors); "
                "nearest-rank percentiles")
@@ -102,11 +102,10 @@ def decision_log(decisions: pd.DataFrame) -> None:
         st.caption("no decisions recorded in the window")
         return
     log = decisions.sort_values("time", ascending=False).head(50).assign(
-        time=lambda d: d["time"].map(ui.stamp), key=lambda d: d["key"].map(key_label))
+        time=lambda d: d["time"].map(ui.stamp), key=lambda d: d["key"].map(key_label)).fillna("")
     st.dataframe(log[["time", "key", "kind", "drafter", "value", "previous"]], hide_index=True)
 
 
-@st.fragment(run_every=data.TTL_S)
 def live() -> None:
     ui.alert_banner(path)
     pick = st.columns(3)
@@ -129,9 +128,11 @@ def live() -> None:
     throughput(buckets, data.interval_buckets(path, since, bucket_s, model), reqs)
     acceptance(buckets)
     latency(reqs)
-    st.caption(f"last {window}, {bucket_s:g} s buckets, refreshed every {data.TTL_S:g} s")
+    refresh = "not refreshing" if st.query_params.get("refresh") == "off" else f"refreshed every {data.TTL_S:g} s"
+    st.caption(f"last {window}, {bucket_s:g} s buckets, {refresh}")
     over_time(buckets, data.position_acceptance(path, since, model, keys))
     decision_log(data.decisions(path, since, model, keys))
 
 
-live()
+# ?refresh=off: a still page (screenshots, a printed report); otherwise the view reruns on its own
+st.fragment(run_every=None if st.query_params.get("refresh") == "off" else data.TTL_S)(live)()
