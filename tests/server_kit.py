@@ -40,11 +40,13 @@ def tiny_decoder(observers=None, policy="adaptive") -> SpeculativeDecoder:
 class StepCounter:
     """An observer counting decode steps (to see that a cancelled request stops decoding)."""
 
-    def __init__(self) -> None:
+    def __init__(self, delay_s: float = 0.0) -> None:
         self.steps = 0
+        self.delay_s = delay_s  # slows every step, so a request outlasts a client's patience on any machine
 
     def on_step(self, request, outcome, events) -> None:
         self.steps += 1
+        time.sleep(self.delay_s)
 
 
 @contextlib.contextmanager

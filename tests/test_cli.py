@@ -15,7 +15,7 @@ runner = CliRunner()
 def test_every_command_is_mounted():
     out = runner.invoke(app, ["--help"]).output
     for command in ("generate", "bench", "demo", "calibrate", "validate-sim", "replay", "telemetry", "alerts",
-                    "simulate"):
+                    "simulate", "serve", "loadgen"):
         assert command in out, command
 
 
@@ -35,6 +35,9 @@ def test_every_command_is_mounted():
     (["validate-sim", "--requests", "0"], "requests"),
     (["validate-sim", "--rate", "-1"], "rate"),
     (["validate-sim", "--policy", "bogus"], "policy"),
+    (["serve", "--host", "0.0.0.0"], "host"),  # other machines need an API key, or an explicit opt-out
+    (["serve", "--policy", "static:ngram"], "policy"),
+    (["serve", "--max-queue", "0"], "max_queue"),
 ])
 def test_bad_input_is_one_error_naming_the_parameter(args, name):
     result = runner.invoke(app, args)

@@ -210,3 +210,18 @@ def test_a_client_that_leaves_mid_stream_cancels_its_request():
         assert steps < 199
         assert http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 3}).status_code == 200
         assert counter.steps <= steps + 3  # only the next request's steps
+
+
+def test_a_client_that_leaves_before_a_non_streamed_answer_cancels_its_request():
+    counter = StepCounter(delay_s=0.01)  # 240 steps: well over the client's 0.3 s
+    decoder = tiny_decoder(observers=[counter])
+    settings = Settings(disconnect_poll_s=0.05)
+    with one_thread(), live_server(decoder, settings) as (url, app):
+        worker = app.state.service.worker
+        body = {"prompt": PROMPTS[1], "max_tokens": 240, "temperature": 0, "speculation": {"mode": "off"}}
+        with client(url) as http, pytest.raises(httpx.ReadTimeout):
+            # the client gives up as soon as the request is being decoded
+            http.post("/v1/completions", json=body, timeout=httpx.Timeout(60.0, read=0.3))
+        assert wait_until(lambda: worker.cancelled == 1 and worker.in_flight == 0), \
+            (worker.cancelled, worker.in_flight, worker.served, counter.steps)
+        assert counter.steps < 239  # stopped before the end

@@ -103,12 +103,9 @@ def create_app(load: Callable, model_name: str, settings: Settings | None = None
     app.state.service = service
     install_handlers(app)
 
-    @app.middleware("http")
-    async def count(request: Request, call_next):
-        response = await call_next(request)
-        route = request.scope.get("route")
-        service.metrics.request(request.method, getattr(route, "path", "unmatched"), response.status_code)
-        return response
+    # a plain ASGI middleware: Starlette's BaseHTTPMiddleware would hide a client's disconnect from
+    # request.is_disconnected(), which is how a non-streamed request learns its client left
+    app.add_middleware(_CountRequests, metrics=service.metrics)
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -172,6 +169,29 @@ async def _generate(request: Request, service: Service, chat: bool):
     return build(request_id, service.model_name, result, job)
 
 
+class _CountRequests:
+    """Counts every HTTP request by method, matched route and status (``/metrics``)."""
+
+    def __init__(self, app, metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = [500]  # what the client saw if the app never started a response
+
+        async def send_and_note(message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.request(scope["method"], route, status[0])
+
+
 def _authorize(request: Request, settings: Settings) -> None:
     if settings.api_key is None:
         return
@@ -217,19 +237,24 @@ def _encode(decoder, parsed, chat: bool) -> list[int]:
 
 
 async def _wait(job: Job, request: Request, poll_s: float):
-    """The job's result; a client that disconnects cancels it."""
+    """The job's result; a client that disconnects cancels it. The check runs every ``poll_s`` on the
+    clock, not only when the queue is quiet: text events arrive every step."""
+    loop = asyncio.get_running_loop()
+    next_check = loop.time() + poll_s
     while True:
         try:
-            kind, value = await asyncio.wait_for(job.events.get(), poll_s)
+            kind, value = await asyncio.wait_for(job.events.get(), max(0.0, next_check - loop.time()))
         except asyncio.TimeoutError:
-            if await request.is_disconnected():
-                job.cancelled.set()
-                raise APIError(499, "client disconnected") from None
-            continue
+            kind, value = None, None
         if kind == "done":
             return value
         if kind == "error":
             raise value
+        if loop.time() >= next_check:
+            if await request.is_disconnected():
+                job.cancelled.set()
+                raise APIError(499, "client disconnected")
+            next_check = loop.time() + poll_s
 
 
 async def _stream(job: Job, request_id: str, model: str, chat: bool, include_usage: bool) -> AsyncIterator[str]:
