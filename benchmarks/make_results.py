@@ -375,6 +375,8 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
     also = "".join(f" --also-rate {r['rate']:g}" for r in data["runs"] if r["rate"] != data["rate"])
     command = (f".venv/bin/python -m benchmarks.serve_shift --rate {data['rate']:g} --phase-s {data['phase_s']:g} "
                f"--rounds {data['rounds']}{also} --out benchmarks/results/serve_shift.json")
+    if data.get("caveat"):
+        what += f" **Caveat:** {data['caveat']}"
     return "\n\n".join(["## Served traffic through a shift", what, table(header, rows),
                         provenance(results_dir, ["serve_shift.json"], dates, command, machine_line(data))])
 

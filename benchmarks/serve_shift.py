@@ -75,10 +75,20 @@ def loadgen(url: str, args: argparse.Namespace, config: str, rate: float, seed: 
     return json.loads(out.read_text())
 
 
-def summarize(report: dict, policy: str, profile: str, seed: int) -> dict:
+TRACE_FIELDS = ("arrival_s", "class", "prompt_tokens", "output_tokens", "ok", "status", "ttft_ms", "e2el_ms")
+
+
+def predict(run: dict, profile: str) -> dict:
+    """The simulator's p50/p95 end-to-end latency for the run's completed requests, and its error."""
+    rows = [r for r in run["trace"] if r["ok"]]
+    predicted = simulate_trace(rows, profile, CONFIGS[run["config"]][1], run["round"])["e2e_s"]
+    measured = run["e2el_s"]
+    return {"simulated_e2e_s": predicted,
+            "simulator_error": {q: (predicted[q] - measured[q]) / measured[q] for q in ("p50", "p95")}}
+
+
+def summarize(report: dict) -> dict:
     s = report["summary"]
-    rows = [r for r in report["requests"] if r["ok"]]
-    predicted = simulate_trace(rows, profile, policy, seed)
     measured = {"p50": s["e2el_ms"]["p50"] / 1e3, "p95": s["e2el_ms"]["p95"] / 1e3}
     return {
         "requests": s["requests"], "completed": s["completed"], "errors": s["errors"],
@@ -89,8 +99,7 @@ def summarize(report: dict, policy: str, profile: str, seed: int) -> dict:
         "acceptance_rate": (report.get("speculation_per_request") or {}).get("acceptance_rate"),
         "phases": [{"schedule": p["schedule"], "requests": p["requests"], "e2el_ms": p["e2el_ms"]}
                    for p in report.get("phases") or []],
-        "simulated_e2e_s": predicted["e2e_s"],
-        "simulator_error": {q: (predicted["e2e_s"][q] - measured[q]) / measured[q] for q in ("p50", "p95")},
+        "trace": [{k: r[k] for k in TRACE_FIELDS} for r in report["requests"]],  # what the simulator replays
     }
 
 
@@ -107,7 +116,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--goodput", default="ttft:2000 e2el:10000")
     parser.add_argument("--profile", default=str(ROOT / "simulator" / "profiles" / "smollm2_cpu.json"))
     parser.add_argument("--out", type=output_path, required=True)
+    parser.add_argument("--resimulate", type=Path, help="only redo the simulator's predictions of this result file "
+                        "with --profile (e.g. one calibrated on the machine that served), writing --out")
     args = parser.parse_args(argv)
+    if args.resimulate is not None:
+        result = json.loads(args.resimulate.read_text())
+        for run in result["runs"]:
+            run.update(predict(run, args.profile))
+        result["profile"] = os.path.relpath(args.profile, ROOT)
+        write_json_atomic(args.out, result, "out")
+        print(f"wrote {args.out}")
+        return
     configs = args.configs.split(",")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -121,8 +140,8 @@ def main(argv: list[str] | None = None) -> None:
                 for config, rate in plan:
                     print(f"round {r + 1}/{args.rounds}: {config} at {rate:g} req/s", flush=True)
                     report = loadgen(url, args, config, rate, r, Path(tmp) / f"{config}-{rate}-{r}.json")
-                    run = {"round": r, "config": config, "rate": rate,
-                           **summarize(report, CONFIGS[config][1], args.profile, r)}
+                    run = {"round": r, "config": config, "rate": rate, **summarize(report)}
+                    run.update(predict(run, args.profile))
                     runs.append(run)
                     print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "
                           f"{run['goodput_rps']} req/s; simulated p50 {run['simulated_e2e_s']['p50']:.2f} s "
