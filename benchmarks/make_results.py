@@ -374,7 +374,7 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
               "simulated p50 s (error)", "simulated p95 s (error)"]
     also = "".join(f" --also-rate {r['rate']:g}" for r in data["runs"] if r["rate"] != data["rate"])
     command = (f".venv/bin/python -m benchmarks.serve_shift --rate {data['rate']:g} --phase-s {data['phase_s']:g} "
-               f"--rounds {data['rounds']}{also} --out benchmarks/results/serve_shift.json")
+               f"--rounds {data['rounds']}{also} --profile {data['profile']} --out benchmarks/results/serve_shift.json")
     if data.get("caveat"):
         what += f" **Caveat:** {data['caveat']}"
     return "\n\n".join(["## Served traffic through a shift", what, table(header, rows),
