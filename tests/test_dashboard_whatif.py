@@ -37,7 +37,7 @@ def test_whatif_table_is_the_simulators_output_for_the_same_scenario_and_seed(mo
     at = fill(whatif_page(monkeypatch, tmp_path), **INPUTS)
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
-    table = at.dataframe[0].value
+    table = at.table[0].value.reset_index()
     inputs = whatif.WhatIf(**INPUTS, bin_s=max(60.0, INPUTS["duration_s"] / 24))
     scenario = whatif.build_scenario(inputs)
     assert scenario.seed == INPUTS["seed"] and scenario.workload.rate == INPUTS["rate"]
@@ -55,7 +55,7 @@ def test_a_mix_of_nothing_is_one_clear_error(monkeypatch, tmp_path):
     at.button[0].click().run()
     (error,) = at.error
     assert error.value.startswith("Cannot build the scenario: workload.mix")
-    assert not at.dataframe
+    assert not at.table
 
 
 def test_too_large_a_run_is_refused_before_it_starts():
@@ -82,7 +82,7 @@ def test_capacity_curve_is_the_simulators_capacity_search(monkeypatch, tmp_path)
     at.text_input(key="wi_capacity_rates").set_value("0.4, 0.1")
     at.button[0].click().run()
     assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
-    curve = at.dataframe[1].value
+    curve = at.dataframe[0].value
     scenario = whatif.build_scenario(whatif.WhatIf(**inputs, bin_s=max(60.0, inputs["duration_s"] / 24)))
     direct = [capacity(scenario, rate=rate, policy="static:ngram:8").replicas for rate in (0.1, 0.4)]
     assert list(curve["rate"]) == [0.1, 0.4]

@@ -97,14 +97,16 @@ if submitted:
 if "wi_runs" in st.session_state:
     inputs, runs, curve = st.session_state["wi_runs"]
     over_time = pd.concat([run.over_time for run in runs], ignore_index=True)
-    latency = over_time[over_time["metric"] != "SLO attainment"]
+    st.subheader("Latency over time (by arrival time)")
+    metrics = [m for m in ("E2E p95", "E2E p50", "TTFT p95", "TTFT p50") if m in set(over_time["metric"])]
+    # one percentile at a time: policies x percentiles on one chart is too many lines to read
+    shown = st.radio("latency", metrics, horizontal=True, key="wi_latency") if metrics else None
+    latency = over_time[over_time["metric"] == shown]
     shift = alt.Chart(pd.DataFrame({"t_s": [inputs.shift_at_s]})).mark_rule(strokeDash=[4, 4]).encode(x="t_s:Q") \
         if inputs.shift_at_s else None
-    st.subheader("Latency over time (by arrival time)")
     chart = alt.Chart(latency).mark_line(point=True).encode(
-        x=alt.X("t_s:Q", title="simulated time (s)"), y=alt.Y("value:Q", title="latency (s)"),
-        color=alt.Color("policy:N"), strokeDash=alt.StrokeDash("metric:N", title="percentile"),
-        tooltip=["policy:N", "metric:N", alt.Tooltip("t_s:Q", title="t (s)"), alt.Tooltip("value:Q", format=".3f")],
+        x=alt.X("t_s:Q", title="simulated time (s)"), y=alt.Y("value:Q", title=f"{shown} latency (s)"),
+        color=alt.Color("policy:N"), tooltip=["policy:N", "metric:N", alt.Tooltip("t_s:Q", title="t (s)"), alt.Tooltip("value:Q", format=".3f")],
     ).properties(height=300)
     st.altair_chart(chart + shift if shift is not None else chart)
     st.subheader("SLO attainment over time")
@@ -114,7 +116,7 @@ if "wi_runs" in st.session_state:
     ).properties(height=220)
     st.altair_chart(attain + shift if shift is not None else attain)
     st.subheader("Summary")
-    st.dataframe(whatif.summary_table(runs), hide_index=True)
+    st.table(whatif.summary_table(runs).set_index("metric"))
     if curve is not None:
         st.subheader("Capacity: fewest replicas meeting the SLO")
         met = curve.dropna(subset=["replicas"])
