@@ -1,5 +1,6 @@
 """The What-if page: its table is the simulator's own output for the same scenario and seed."""
 
+import json
 import math
 
 import pytest
@@ -87,3 +88,27 @@ def test_capacity_curve_is_the_simulators_capacity_search(monkeypatch, tmp_path)
     direct = [capacity(scenario, rate=rate, policy="static:ngram:8").replicas for rate in (0.1, 0.4)]
     assert list(curve["rate"]) == [0.1, 0.4]
     assert list(curve["replicas"]) == [d if d is not None else "not met" for d in direct]
+
+
+def test_an_uploaded_profile_is_the_one_simulated(monkeypatch, tmp_path):
+    shipped = json.loads((whatif.SCENARIOS.parent / "profiles" / "smollm2_cpu.json").read_text())
+    slower = {**shipped, "verify": [{**row, "seconds": 2 * row["seconds"]} for row in shipped["verify"]]}
+    inputs = {**INPUTS, "policies": ("static:ngram:8",)}
+    at = fill(whatif_page(monkeypatch, tmp_path), **inputs)
+    at.file_uploader(key="wi_profile").set_value(("slower.json", json.dumps(slower).encode(), "application/json"))
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    table = at.table[0].value.reset_index()
+    scenario = whatif.build_scenario(whatif.WhatIf(**inputs, bin_s=max(60.0, inputs["duration_s"] / 24), profile=slower))
+    assert dict(zip(table["metric"], table["static:ngram:8"])) == dict(metric_rows(simulate(scenario, "static:ngram:8").summary))
+    shipped_run = whatif.build_scenario(whatif.WhatIf(**inputs, bin_s=max(60.0, inputs["duration_s"] / 24)))
+    assert dict(zip(table["metric"], table["static:ngram:8"])) != dict(metric_rows(simulate(shipped_run, "static:ngram:8").summary))
+
+
+def test_an_uploaded_file_that_is_not_json_is_one_clear_error(monkeypatch, tmp_path):
+    at = fill(whatif_page(monkeypatch, tmp_path), **INPUTS)
+    at.file_uploader(key="wi_profile").set_value(("notes.json", b"not json at all", "application/json"))
+    at.button[0].click().run()
+    (error,) = at.error
+    assert error.value.startswith("Cannot build the scenario: profile: notes.json is not a JSON file")
+    assert not at.table

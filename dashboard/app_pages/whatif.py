@@ -67,9 +67,18 @@ with st.form("whatif"):
                               type=["json"], key="wi_profile")
     submitted = st.form_submit_button("Run")
 
+def uploaded_profile():
+    if upload is None:
+        return None
+    try:
+        return json.loads(upload.getvalue())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"profile: {upload.name} is not a JSON file ({exc})") from None
+
+
 if submitted:
     try:
-        profile = json.loads(upload.getvalue()) if upload is not None else None
+        profile = uploaded_profile()
         inputs = whatif.WhatIf(
             base=str(base), rate=rate, mix={c: w for c, w in start_mix.items() if w > 0}, duration_s=duration,
             shift_at_s=shift_at or None, shift_rate=shift_rate or None,
@@ -81,7 +90,7 @@ if submitted:
             raise ValueError("policies: pick at least one policy to simulate")
         scenario = whatif.build_scenario(inputs)
         rates = whatif.parse_rates(rates_text)
-    except (ValueError, json.JSONDecodeError) as exc:
+    except ValueError as exc:
         st.error(f"Cannot build the scenario: {exc}")
     else:
         bar = st.progress(0.0, "starting")
