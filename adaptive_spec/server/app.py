@@ -157,7 +157,8 @@ async def _generate(request: Request, service: Service, chat: bool):
         raise APIError.from_invalid(context_overflow(len(prompt_ids), config.max_new_tokens, context),
                                     {"max_new_tokens": name, "prompt": "messages" if chat else "prompt"})
     key = request.headers.get("x-traffic-key") or parsed.user or request.url.path
-    job = Job(prompt_ids, config, key, protocol.speculation_overrides(parsed), asyncio.get_running_loop())
+    job = Job(prompt_ids, config, key, protocol.speculation_overrides(parsed), asyncio.get_running_loop(),
+              streamed=parsed.stream)
     worker.submit(job)
     request_id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
     if parsed.stream:

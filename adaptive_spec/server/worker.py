@@ -31,6 +31,9 @@ class Job:
     key: str
     overrides: dict
     loop: asyncio.AbstractEventLoop
+    # only a stream needs its text as it comes: a non-streamed job sends none, since every event
+    # wakes the event loop's thread, which then competes with the engine's thread for the GIL
+    streamed: bool = True
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     arrived: float = field(default_factory=time.perf_counter)
     started: float | None = None
@@ -114,7 +117,8 @@ class EngineWorker:
                 for piece in pieces:
                     if job.cancelled.is_set():
                         break
-                    job.emit("text", piece)
+                    if job.streamed:
+                        job.emit("text", piece)
             finally:
                 pieces.close()
         except InvalidParameterError as exc:
