@@ -158,6 +158,14 @@ def requests(path: str, since: float, model: str | None = None, keys: tuple[str,
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def trace(path: str, since: float, model: str) -> pd.DataFrame:
+    """Requests that finished in the window without error, as the simulator's replay needs them."""
+    return query(path, "SELECT start_time, key, prompt_tokens, new_tokens FROM requests WHERE end_time >= ? "
+                       "AND model = ? AND error IS NULL AND prompt_tokens >= 1 AND new_tokens >= 1 "
+                       "ORDER BY start_time", (since, model))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def decisions(path: str, since: float, model: str | None = None, keys: tuple[str, ...] = ()) -> pd.DataFrame:
     """Controller decisions in the window, plus each series' last decision of each kind before it
     (so that a state set before the window still shows at its start)."""

@@ -51,6 +51,10 @@ class WhatIf:
     seed: int = 11
     bin_s: float = 300.0  # latency over time: one point per bin of arrival time
     profile: dict | None = None  # an uploaded profile (JSON object); None: the base file's
+    # replay instead of synthetic traffic: trace rows (``simulator/replay.py``), e.g. ``trace_rows``
+    # of the telemetry store's requests; rate, mix, duration and shift are then unused
+    replay: tuple[dict, ...] | None = None
+    time_scale: float = 1.0  # replay only: 2.0 replays the same requests twice as fast
 
 
 def load_base(path: str | Path) -> dict:
@@ -72,7 +76,9 @@ def build_scenario(w: WhatIf) -> Scenario:
     arrival = dict((raw.get("workload") or {}).get("arrival") or {"process": "poisson"})
     arrival["rate"] = w.rate
     workload = {"arrival": arrival, "mix": dict(w.mix), "duration_s": w.duration_s}
-    if w.shift_at_s is not None and (w.shift_mix or w.shift_rate):
+    if w.replay is not None:
+        workload = {"replay": [dict(r) for r in w.replay], "time_scale": w.time_scale}
+    elif w.shift_at_s is not None and (w.shift_mix or w.shift_rate):
         shift = {"at_s": w.shift_at_s}
         if w.shift_mix:
             shift["mix"] = dict(w.shift_mix)
@@ -83,7 +89,9 @@ def build_scenario(w: WhatIf) -> Scenario:
         workload=workload, seed=w.seed,
         replicas={**(raw.get("replicas") or {}), "count": w.replicas, "mode": w.mode, "max_batch": w.max_batch},
         slo={"ttft_s": w.slo_ttft_s, "tpot_s": w.slo_tpot_s, "e2e_s": w.slo_e2e_s, "percentile": w.slo_percentile},
-        metrics={**(raw.get("metrics") or {}), "bin_s": w.bin_s},
+        # a replayed window starts mid-traffic, not from an empty system, and may be shorter than the
+        # base's warm-up: every replayed request counts
+        metrics={**(raw.get("metrics") or {}), "bin_s": w.bin_s, **({"warmup_s": 0.0} if w.replay is not None else {})},
         compare={"policies": list(w.policies)}, drain_s=None,
     )
     if w.profile is not None:
@@ -94,6 +102,15 @@ def build_scenario(w: WhatIf) -> Scenario:
                          f"the page runs ({MAX_REQUESTS:,}); lower the rate or the duration, or use "
                          "`adaptive-spec simulate compare` on a scenario file")
     return scenario
+
+
+def trace_rows(requests: pd.DataFrame, classes: dict[str, str]) -> tuple[dict, ...]:
+    """Replay rows from the store's requests (``start_time, key, prompt_tokens, new_tokens``): each
+    traffic key becomes the scenario class ``classes[key]`` (keys left out are not replayed); the
+    tokens a request generated are its output length."""
+    rows = requests[requests["key"].isin(list(classes))]
+    return tuple({"arrival_s": float(r.start_time), "class": classes[r.key], "prompt_tokens": int(r.prompt_tokens),
+                  "output_tokens": int(r.new_tokens)} for r in rows.itertuples())
 
 
 def parse_rates(text: str) -> list[float]:

@@ -7,7 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard import whatif
-from dashboard_testkit import APP
+from dashboard_testkit import APP, query, record_store
 from simulator import capacity, simulate
 from simulator.entities import Request
 from simulator.report import metric_rows
@@ -112,3 +112,28 @@ def test_an_uploaded_file_that_is_not_json_is_one_clear_error(monkeypatch, tmp_p
     (error,) = at.error
     assert error.value.startswith("Cannot build the scenario: profile: notes.json is not a JSON file")
     assert not at.table
+
+
+def test_replay_my_traffic_simulates_the_requests_the_store_recorded(monkeypatch, tmp_path):
+    recorded = record_store(tmp_path)
+    monkeypatch.setenv("ADAPTIVE_SPEC_TELEMETRY_DB", str(recorded.final))
+    at = AppTest.from_file(str(APP), default_timeout=120).run()
+    at.switch_page("app_pages/whatif.py").run()
+    at.radio(key="wi_workload").set_value("replay my traffic").run()
+    at.selectbox(key="wi_class_chat").set_value("open")
+    at.selectbox(key="wi_class_copy").set_value("copy")
+    at.multiselect(key="wi_policies").set_value(["none", "static:ngram:8"])
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    table = at.table[0].value.reset_index()
+    stored = query(recorded.final, "SELECT start_time, key, prompt_tokens, new_tokens FROM requests "
+                                   "WHERE error IS NULL ORDER BY start_time")
+    rows = tuple({"arrival_s": t, "class": {"chat": "open", "copy": "copy"}[key], "prompt_tokens": p, "output_tokens": n}
+                 for t, key, p, n in stored)
+    span = rows[-1]["arrival_s"] - rows[0]["arrival_s"]
+    scenario = whatif.build_scenario(whatif.WhatIf(replay=rows, policies=("none", "static:ngram:8"),
+                                                   bin_s=max(1.0, span / 24)))
+    assert scenario.workload.rows == rows
+    assert table.loc[0, "none"] == f"{len(rows)} / {len(rows)}"  # requests completed / arrived
+    for policy in ("none", "static:ngram:8"):
+        assert dict(zip(table["metric"], table[policy])) == dict(metric_rows(simulate(scenario, policy).summary))

@@ -2,7 +2,8 @@
 
 Runs the simulator in the page (``dashboard/whatif.py``) on a scenario built from the form: each
 policy on the same seeded traffic, so the only difference between the lines is the controller.
-Needs no telemetry store.
+The traffic is synthetic (rate, class mix, a shift at T), or the requests the telemetry store
+recorded, replayed ("replay my traffic": what would another policy or replica count have done?).
 """
 
 import json
@@ -11,7 +12,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from dashboard import whatif
+from adaptive_spec.telemetry.access import StoreError
+from dashboard import data, ui, whatif
 
 st.title("What-if")
 st.caption("Simulated with the capacity simulator on a measured cost profile: each policy sees the same "
@@ -26,27 +28,79 @@ classes = whatif.class_names(base)
 raw = whatif.load_base(base)
 default = whatif.WhatIf(base=str(base))
 raw_shift = ((raw.get("workload") or {}).get("shifts") or [{}])[0]
+def synthetic_traffic() -> dict:
+    st.markdown("**Traffic**")
+    return dict(
+        rate=st.number_input("arrival rate (requests/s)", 0.001, 100.0,
+                             float(raw["workload"]["arrival"].get("rate", default.rate)), format="%.3f", key="wi_rate"),
+        duration_s=st.number_input("duration (simulated s)", 60.0, 86400.0,
+                                   float(raw["workload"].get("duration_s", default.duration_s)), step=60.0,
+                                   key="wi_duration"),
+        mix={c: st.number_input(f"mix at start: {c}", 0.0, 100.0, float(raw["workload"]["mix"].get(c, 0.0)),
+                                key=f"wi_mix_{c}") for c in classes})
+
+
+def synthetic_shift() -> dict:
+    st.markdown("**Shift at time T**")
+    return dict(
+        shift_at_s=st.number_input("T (simulated s; 0 = no shift)", 0.0, 86400.0, float(raw_shift.get("at_s", 0.0)),
+                                   step=60.0, key="wi_shift_at"),
+        shift_rate=st.number_input("rate after T (requests/s; 0 = unchanged)", 0.0, 100.0,
+                                   float(raw_shift.get("rate") or 0.0), format="%.3f", key="wi_shift_rate"),
+        shift_mix={c: st.number_input(f"mix after T: {c}", 0.0, 100.0,
+                                      float((raw_shift.get("mix") or {}).get(c, 0.0)), key=f"wi_shift_mix_{c}")
+                   for c in classes})
+
+
+def replay_source():
+    """The store's recent requests for one model, or None (with the reason on the page)."""
+    path = data.store_path()
+    try:
+        data.check_store(path)
+    except StoreError as exc:
+        st.info(f"Replay reads the telemetry store, which cannot be read: {exc}")
+        return None
+    pick = st.columns(2)
+    window = pick[0].selectbox("requests of the last", list(ui.WINDOWS), index=2, key="wi_replay_window")
+    since = data.window_start(ui.WINDOWS[window])
+    models = sorted(data.series(str(path), since)["model"].unique())
+    if not models:
+        st.info(f"no traffic in the last {window} to replay")
+        return None
+    model = pick[1].selectbox("model", models, key="wi_replay_model")
+    trace = data.trace(str(path), since, model)
+    if trace.empty:
+        st.info(f"no finished requests of {model} in the last {window} to replay")
+        return None
+    return trace
+
+
+replay = st.radio("workload", ["synthetic traffic", "replay my traffic"], horizontal=True, key="wi_workload",
+                  help="replay: the requests the telemetry store recorded in a window, each traffic key as a class")
+trace = None
+if replay == "replay my traffic":
+    trace = replay_source()
 
 with st.form("whatif"):
     left, middle, right = st.columns(3)
-    with left:
-        st.markdown("**Traffic**")
-        rate = st.number_input("arrival rate (requests/s)", 0.001, 100.0,
-                               float(raw["workload"]["arrival"].get("rate", default.rate)), format="%.3f", key="wi_rate")
-        duration = st.number_input("duration (simulated s)", 60.0, 86400.0,
-                                   float(raw["workload"].get("duration_s", default.duration_s)), step=60.0,
-                                   key="wi_duration")
-        start_mix = {c: st.number_input(f"mix at start: {c}", 0.0, 100.0,
-                                        float(raw["workload"]["mix"].get(c, 0.0)), key=f"wi_mix_{c}") for c in classes}
-    with middle:
-        st.markdown("**Shift at time T**")
-        shift_at = st.number_input("T (simulated s; 0 = no shift)", 0.0, 86400.0, float(raw_shift.get("at_s", 0.0)),
-                                   step=60.0, key="wi_shift_at")
-        shift_rate = st.number_input("rate after T (requests/s; 0 = unchanged)", 0.0, 100.0,
-                                     float(raw_shift.get("rate") or 0.0), format="%.3f", key="wi_shift_rate")
-        shift_mix = {c: st.number_input(f"mix after T: {c}", 0.0, 100.0,
-                                        float((raw_shift.get("mix") or {}).get(c, 0.0)), key=f"wi_shift_mix_{c}")
-                     for c in classes}
+    if trace is not None:
+        with left:
+            st.markdown(f"**Replay: {len(trace):,} requests**")
+            key_class = {}
+            for key in sorted(trace["key"].unique()):
+                chosen = st.selectbox(f"key {key or '(no key)'} as class", ["(leave out)", *classes],
+                                      index=1 + (classes.index(key) if key in classes else 0), key=f"wi_class_{key}")
+                if chosen != "(leave out)":
+                    key_class[key] = chosen
+        with middle:
+            st.markdown("**Time**")
+            time_scale = st.number_input("time scale (2 = the same requests twice as fast)", 0.01, 1000.0, 1.0,
+                                         key="wi_time_scale")
+    else:
+        with left:
+            traffic = synthetic_traffic()
+        with middle:
+            shift = synthetic_shift()
     with right:
         st.markdown("**Service and SLO**")
         replicas = st.number_input("replicas", 1, 64, int((raw.get("replicas") or {}).get("count", 1)), key="wi_replicas")
@@ -79,13 +133,23 @@ def uploaded_profile():
 if submitted:
     try:
         profile = uploaded_profile()
+        if trace is not None:
+            rows = whatif.trace_rows(trace, key_class)
+            if not rows:
+                raise ValueError("replay: every traffic key is left out")
+            span = (max(r["arrival_s"] for r in rows) - min(r["arrival_s"] for r in rows)) / time_scale
+            workload = dict(replay=rows, time_scale=time_scale, shift_at_s=None, shift_mix=None)
+            bin_s = max(1.0, span / 24)
+        else:
+            workload = dict(rate=traffic["rate"], mix={c: w for c, w in traffic["mix"].items() if w > 0},
+                            duration_s=traffic["duration_s"], shift_at_s=shift["shift_at_s"] or None,
+                            shift_rate=shift["shift_rate"] or None,
+                            shift_mix={c: w for c, w in shift["shift_mix"].items() if w > 0} or None)
+            bin_s = max(60.0, traffic["duration_s"] / 24)
         inputs = whatif.WhatIf(
-            base=str(base), rate=rate, mix={c: w for c, w in start_mix.items() if w > 0}, duration_s=duration,
-            shift_at_s=shift_at or None, shift_rate=shift_rate or None,
-            shift_mix={c: w for c, w in shift_mix.items() if w > 0} or None, replicas=int(replicas), mode=mode,
-            max_batch=int(max_batch), policies=tuple(policies), slo_ttft_s=slo_ttft or None,
-            slo_e2e_s=slo_e2e or None, slo_percentile=percentile, seed=int(seed),
-            bin_s=max(60.0, duration / 24), profile=profile)
+            base=str(base), **workload, replicas=int(replicas), mode=mode, max_batch=int(max_batch),
+            policies=tuple(policies), slo_ttft_s=slo_ttft or None, slo_e2e_s=slo_e2e or None,
+            slo_percentile=percentile, seed=int(seed), bin_s=bin_s, profile=profile)
         if not policies:
             raise ValueError("policies: pick at least one policy to simulate")
         scenario = whatif.build_scenario(inputs)
