@@ -119,6 +119,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--resimulate", type=Path, help="only redo the simulator's predictions of this result file "
                         "with --profile (e.g. one calibrated on the machine that served), writing --out")
     args = parser.parse_args(argv)
+    for name, value in (("rate", args.rate), ("phase_s", args.phase_s), ("max_tokens", args.max_tokens),
+                        ("rounds", args.rounds), *(("also_rate", r) for r in args.also_rate)):
+        if not value > 0:
+            parser.error(f"{name}={value}: must be > 0")
+    unknown = [c for c in args.configs.split(",") if c not in CONFIGS]
+    if unknown:
+        parser.error(f"configs={args.configs!r}: unknown {unknown}; known: {', '.join(CONFIGS)}")
     if args.resimulate is not None:
         result = json.loads(args.resimulate.read_text())
         for run in result["runs"]:

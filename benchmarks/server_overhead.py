@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    for name in ("rounds", "max_tokens", "k"):
+        if getattr(args, name) < 1:
+            parser.error(f"{name}={getattr(args, name)}: must be >= 1")
     check_writable(args.out, "out")  # before the model loads, not after the run
     rows = load_prompts(args.prompts)
     target = load_model("smollm2")

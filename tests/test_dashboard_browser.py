@@ -38,7 +38,7 @@ PAGES = {
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    assert CHROMIUM, "ADAPTIVE_SPEC_BROWSER_TESTS=required but no chromium on PATH (.ci/install-chromium.sh)"
+    assert CHROMIUM, "ADAPTIVE_SPEC_BROWSER_TESTS=required but no chromium on PATH (.ci/install-debian.sh chromium chromium)"
     chromium = Chromium(CHROMIUM, tmp_path_factory.mktemp("chromium-profile"), height=2400)
     yield chromium
     chromium.close()

@@ -1,6 +1,6 @@
 """The shipped Prometheus rules: valid, and firing/resolving as their unit tests expect.
 
-Needs ``promtool`` (Debian's ``prometheus`` package: ``.ci/install-promtool.sh``); skips without it.
+Needs ``promtool`` (Debian's ``prometheus`` package: ``.ci/install-debian.sh promtool prometheus``); skips without it.
 """
 
 import shutil
@@ -11,7 +11,7 @@ import pytest
 
 RULES_DIR = Path(__file__).parent.parent / "deploy" / "prometheus"
 promtool = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(promtool is None, reason="promtool not installed (.ci/install-promtool.sh)")
+needs_promtool = pytest.mark.skipif(promtool is None, reason="promtool not installed (.ci/install-debian.sh promtool prometheus)")
 
 
 @needs_promtool
