@@ -1,11 +1,17 @@
 """Side-by-side speed benchmark: our decoder's configs and transformers' peers, in one process.
 
 Every config runs on every prompt, interleaved prompt by prompt so that slow drifts of the
-machine (thermal, other load) hit all configs alike, after one warm-up generation each. Greedy
-only: then every config must produce exactly the ``plain`` config's tokens, and the benchmark
-checks that it does.
+machine (thermal, other load) hit all configs alike, after one warm-up generation each; the
+configs' order is rotated every round and every prompt (``paired.schedule``) so that none always
+runs first or last. Greedy only: then every config must produce exactly the ``plain`` config's
+tokens, and the benchmark checks that it does, in every round.
 
-Aggregate ``tokens_per_s`` is total new tokens / total wall seconds (not a mean of rates).
+The JSON keeps every round's figures (``per_round``: seconds, new tokens, equality with plain and
+position in the order, [prompt][round] per config) and the paired comparisons computed from them
+(``paired``: median tokens/s ratio per (round, prompt) unit with a 95% bootstrap interval, see
+``adaptive_spec.paired``). The per-config summary (``configs``) reports each (config, prompt) by
+its median round, as before: aggregate ``tokens_per_s`` is total new tokens / total wall seconds
+of those rows (not a mean of rates).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from adaptive_spec.drafters import build_drafter
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.hf_peers import HF_PEERS, HFPeer
 from adaptive_spec.models import LoadedModel
+from adaptive_spec.paired import METHOD, REPORT_HEADER, paired_report, position_counts, report_rows, schedule
 from adaptive_spec.prompts import Prompt, load_prompts  # noqa: F401 (re-exported: bench's prompt files)
 from policies.base import Policy
 from policies.registry import make_policy, parse_spec
@@ -70,12 +77,13 @@ def run_bench(
     observers: list | None = None,
     rounds: int = 1,
 ) -> dict:
-    """Run every config on every prompt, interleaved prompt by prompt, ``rounds`` times over.
+    """Run every config on every prompt, interleaved prompt by prompt, ``rounds`` times over, the
+    configs' order rotated each round and prompt.
 
-    With ``rounds > 1`` each (config, prompt) is reported by its median round (its seconds, and
-    that round's steps): on a machine whose speed swings by 10-25% within seconds, one round cannot
-    resolve a few percent between configs. Controllers stay long-lived across rounds, as in a
-    service that sees the same traffic again."""
+    Every round's figures are kept (``per_round``) and compared in pairs (``paired``); each
+    (config, prompt) of ``configs`` is reported by its median round (its seconds, and that round's
+    steps). Controllers stay long-lived across rounds, as in a service that sees the same traffic
+    again."""
     if not (isinstance(rounds, int) and rounds >= 1):
         raise InvalidParameterError("rounds", rounds, "must be an integer >= 1")
     ids = [p.id for p in prompts]
@@ -117,20 +125,43 @@ def run_bench(
             c.policy = c.make_policy()
 
     runs: dict[tuple[str, int], list[dict]] = defaultdict(list)  # (config, prompt index) -> one row per round
+    names = [c.name for c in configs]
+    by_name = {c.name: c for c in configs}
     for round_ in range(rounds):
         for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
-            for c in configs:
+            for position, name in enumerate(schedule(names, round_, i)):
                 if progress:
                     where = f"round {round_ + 1}/{rounds} · " if rounds > 1 else ""
-                    progress(f"{where}[{i + 1}/{len(prompts)}] {prompt.id} · {c.name}")
-                out = run_one(c, ids, gen_cfg)
-                out.update(id=prompt.id, kind=prompt.kind, new_tokens=len(out["token_ids"]))
+                    progress(f"{where}[{i + 1}/{len(prompts)}] {prompt.id} · {name}")
+                out = run_one(by_name[name], ids, gen_cfg)
+                out.update(id=prompt.id, kind=prompt.kind, new_tokens=len(out["token_ids"]), position=position)
                 out["tokens_per_s"] = out["new_tokens"] / out["seconds"]
-                runs[(c.name, i)].append(out)
+                runs[(name, i)].append(out)
     rows = {c.name: [_median_round(runs[(c.name, i)]) for i in range(len(prompts))] for c in configs}
     result = summarize(target.name, max_new_tokens, prompts, configs, rows)
     result["rounds"] = rounds
+    result["per_round"] = per_round_block(prompts, names, runs)
+    result["paired"] = paired_report(result["per_round"])
+    result["positions"] = position_counts(result["per_round"])
     return result
+
+
+def per_round_block(prompts: list[Prompt], names: list[str], runs: dict[tuple[str, int], list[dict]]) -> dict:
+    """Every round's figures, [prompt][round] per config: enough to recompute any statistic. A
+    run equals plain when its tokens are those of plain's first round on that prompt (so plain's
+    own later rounds are checked too)."""
+    reference = [runs[("plain", i)][0]["token_ids"] for i in range(len(prompts))]
+    configs = {}
+    for name in names:
+        rows = [runs[(name, i)] for i in range(len(prompts))]
+        configs[name] = {
+            "seconds": [[r["seconds"] for r in per_prompt] for per_prompt in rows],
+            "new_tokens": [[r["new_tokens"] for r in per_prompt] for per_prompt in rows],
+            "equals_plain": [[r["token_ids"] == ref for r in per_prompt] for per_prompt, ref in zip(rows, reference)],
+            "position": [[r["position"] for r in per_prompt] for per_prompt in rows],
+        }
+    return {"prompt_ids": [p.id for p in prompts], "kinds": [p.kind for p in prompts],
+            "order": "configs rotated left by (round + prompt index) each prompt of each round", "configs": configs}
 
 
 def _median_round(rounds: list[dict]) -> dict:
@@ -217,4 +248,22 @@ def markdown_table(result: dict) -> str:
     lines = ["| config | all | " + " | ".join(kinds) + " | acceptance | equal to plain |", "|---" * (len(kinds) + 4) + "|"]
     for name, agg in result["configs"].items():
         lines.append(f"| `{name}` | " + " | ".join(_cells(agg, kinds)) + " |")
+    return "\n".join(lines)
+
+
+def render_paired(result: dict):
+    """The paired comparisons of ``result["paired"]`` as a rich table (one row per config and kind)."""
+    from rich.table import Table
+
+    table = Table(title=f"paired tokens/s ratios: {METHOD}", title_justify="left")
+    for i, name in enumerate(REPORT_HEADER):
+        table.add_column(name, justify="left" if i < 2 or i == 4 else "right")
+    for row in report_rows(result["paired"]):
+        table.add_row(*[cell.replace("`", "") for cell in row])
+    return table
+
+
+def markdown_paired(result: dict) -> str:
+    lines = ["| " + " | ".join(REPORT_HEADER) + " |", "|---" * len(REPORT_HEADER) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in report_rows(result["paired"])]
     return "\n".join(lines)

@@ -186,7 +186,8 @@ def generate(
 
 @app.command()
 def bench(
-    prompts: Path = typer.Option(..., "--prompts", help="JSONL, one object a line: id (unique), prompt (UTF-8 text), optional kind."),
+    prompts: Path = typer.Option(..., "--prompts", help="JSONL, one object a line: id (unique), prompt (UTF-8 text), optional kind, split and source."),
+    split: str | None = typer.Option(None, "--split", help="Only the prompts of this split (dev: tuning may look at it; test: published tables), e.g. of benchmarks/corpus/corpus.jsonl."),
     configs: str = typer.Option("plain,static:ngram:8,hf-plain,hf-prompt-lookup", help="Comma-separated configs: plain, static:<drafter>:<k>, heuristic:<drafter>, adaptive, hf-plain, hf-prompt-lookup, hf-assisted-int8."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
     model: str = typer.Option("smollm2"),
@@ -196,17 +197,20 @@ def bench(
     markdown: bool = typer.Option(False, help="Also print the table as Markdown (for the README)."),
     steps: bool = typer.Option(False, "--steps", help="Keep every step's record in the JSON (for timelines)."),
     telemetry: str = typer.Option("sqlite", help=TELEMETRY_HELP),
-    rounds: int = typer.Option(1, "--rounds", help="Run the interleaved sequence this many times; each (config, prompt) reports its median round."),
+    rounds: int = typer.Option(1, "--rounds", help="Run the interleaved sequence this many times, the configs' order rotated each round; paired ratios with 95% bootstrap intervals over prompts and rounds."),
 ) -> None:
     """Run configs side by side on the same prompts (greedy) and compare with plain decoding."""
-    from adaptive_spec.bench import markdown_table, parse_config, render_table, run_bench
+    from adaptive_spec.bench import markdown_paired, markdown_table, parse_config, render_paired, render_table, run_bench
     from adaptive_spec.models import load_model
     from adaptive_spec.outputs import write_json_atomic
+    from adaptive_spec.prompts import select_split
 
     # everything that can fail without the model fails now, not after the run
     check_positive_int("max_new_tokens", max_new_tokens)
     check_positive_int("rounds", rounds)
     rows = read_prompts(prompts)
+    if split is not None:
+        rows = select_split(rows, split, str(prompts))
     check_writable(out, "out")
     names = [c.strip() for c in configs.split(",") if c.strip()]
     for name in names:
@@ -219,9 +223,14 @@ def bench(
     with err.status("benchmarking ...") as status:
         result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: status.update(f"benchmarking {msg}"),
                            record_steps=steps, observers=observers, rounds=rounds)
-    Console(width=200).print(render_table(result))  # before the file: a failed write loses no result
+    if split is not None:
+        result["split"] = split
+    console = Console(width=200)
+    console.print(render_table(result))  # before the file: a failed write loses no result
+    console.print(render_paired(result))
     if markdown:
         print(markdown_table(result))
+        print(markdown_paired(result))
     write_json_atomic(out, result, "out")
     err.print(f"wrote {out}", soft_wrap=True)
 

@@ -2,8 +2,9 @@
 and the text checks every prompt passes before a model is loaded.
 
 A prompt file has one JSON object a line: ``id`` (text or integer, unique in the file),
-``prompt`` (non-empty text) and optionally ``kind`` (the request class, text). Blank lines are
-skipped. The first bad line fails the whole file with one ``InvalidParameterError`` naming the
+``prompt`` (non-empty text) and optionally ``kind`` (the request class, text), ``split`` (``dev``
+or ``test`` in benchmarks/corpus/: which part tuning may look at) and ``source`` (where the text
+came from); other fields are ignored. Blank lines are skipped. The first bad line fails the whole file with one ``InvalidParameterError`` naming the
 file and line, before any model loads.
 
 Text that is not valid UTF-8 is rejected, not repaired: invalid bytes in a file, and lone
@@ -30,6 +31,8 @@ class Prompt:
     id: str
     prompt: str
     kind: str = "default"
+    split: str | None = None  # "dev" (tuning may look at it) or "test" (published tables only)
+    source: str | None = None  # where the prompt's text came from, for the corpus's records
 
 
 def text_problem(text: str) -> str | None:
@@ -106,6 +109,10 @@ def _parse_line(line: str, where: str) -> Prompt:
     kind = row.get("kind", "default")
     if not isinstance(kind, str) or not kind.strip():
         raise bad(f"'kind' must be non-empty text, not {kind!r}")
+    for name in ("split", "source"):
+        value = row.get(name)
+        if value is not None and (not isinstance(value, str) or not value.strip() or text_problem(value)):
+            raise bad(f"'{name}' must be non-empty UTF-8 text, not {value!r}")
     prompt = row["prompt"]
     if not isinstance(prompt, str):
         raise bad(f"'prompt' must be text, not {type(prompt).__name__} {_excerpt(json.dumps(prompt))}")
@@ -114,7 +121,18 @@ def _parse_line(line: str, where: str) -> Prompt:
     problem = text_problem(prompt) or text_problem(str(id_)) or text_problem(kind)
     if problem:
         raise bad(f"{problem}; {UTF8_RULE}")
-    return Prompt(id=str(id_), prompt=prompt, kind=kind)
+    return Prompt(id=str(id_), prompt=prompt, kind=kind, split=row.get("split"), source=row.get("source"))
+
+
+def select_split(prompts: list[Prompt], split: str, where: str = "prompts") -> list[Prompt]:
+    """The prompts of one split; ``InvalidParameterError`` naming the splits there are when none is
+    ``split`` (a typo must not run an empty or a whole benchmark)."""
+    chosen = [p for p in prompts if p.split == split]
+    if not chosen:
+        present = sorted({p.split for p in prompts if p.split is not None})
+        have = f"its splits: {', '.join(present)}" if present else "its prompts have no 'split' field"
+        raise InvalidParameterError("split", split, f"no prompt of {where} is in this split; {have}")
+    return chosen
 
 
 def _excerpt(text: str, width: int = 40) -> str:
