@@ -1,0 +1,1 @@
+"""The public prompt corpus: build.py writes corpus.jsonl from sources/ (see README.md)."""
