@@ -12,9 +12,12 @@ Definitions used in the tables:
 - tokens/s: new tokens over wall seconds, prefill included, summed over the prompts of a column;
 - best fixed config: the fastest of ``plain`` and the ``static:<drafter>:<k>`` configs in that column
   (the configuration a user would have to find by hand);
-- best transformers config: the fastest of the ``hf-*`` configs (transformers' own ``generate``).
+- best transformers config: the fastest of the ``hf-*`` configs (transformers' own ``generate``);
+- paired ratio: a config's tokens/s over another's on the same prompt in the same round, its median
+  over those units and a 95% bootstrap interval over prompts and rounds (``adaptive_spec.paired``);
+  an interval that spans 1.0 reads "no difference detected".
 
-Standard library only; ``render(results_dir)`` is what the tests call.
+Standard library and ``adaptive_spec.paired`` (numpy); ``render(results_dir)`` is what the tests call.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+from adaptive_spec.paired import NO_DIFFERENCE, compare, ratio_cell
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -150,11 +155,62 @@ def adaptive_rows(data: dict) -> list[dict]:
 
 
 def adaptive_table(data: dict) -> str:
-    rows = [[r["kind"], f"{r['adaptive']:.1f}", f"{r['vs_plain']:.2f}×", f"`{r['fixed_name']}` {r['fixed']:.1f}",
-             f"**{r['vs_fixed']:.2f}×**", f"`{r['peer_name']}` {r['peer']:.1f}", f"{r['vs_peer']:.2f}×"]
-            for r in adaptive_rows(data)]
-    return table(["prompts", "`adaptive` tok/s", "× plain", "best fixed config", "× it",
-                  "best transformers config", "× it"], rows)
+    block = per_round_of(data)
+    rows = []
+    for r in adaptive_rows(data):
+        row = [r["kind"], f"{r['adaptive']:.1f}", f"{r['vs_plain']:.2f}×", f"`{r['fixed_name']}` {r['fixed']:.1f}",
+               f"**{r['vs_fixed']:.2f}×**", f"`{r['peer_name']}` {r['peer']:.1f}", f"{r['vs_peer']:.2f}×"]
+        if block is not None:  # the same comparisons, paired, with their intervals
+            kind = None if r["kind"] == "all" else r["kind"]
+            row += [ratio_cell(compare(block, "adaptive", against, "", kind).to_dict())
+                    for against in ("plain", r["fixed_name"], r["peer_name"])]
+        rows.append(row)
+    header = ["prompts", "`adaptive` tok/s", "× plain", "best fixed config", "× it", "best transformers config", "× it"]
+    if block is not None:
+        header += ["paired × plain, 95% CI", "paired × best fixed", "paired × best transformers"]
+    return table(header, rows)
+
+
+# --- paired ratios with intervals, from every round's figures --------------------------------------
+
+PAIRED = ("Paired ratios against `plain`: for each (round, prompt) a config's tokens/s over plain's on the "
+          "same prompt in the same round; the median of those ratios and its 95% bootstrap interval "
+          "(prompts, within kind, and rounds resampled; `adaptive_spec/paired.py`). An interval that spans "
+          f"1.0 reads *{NO_DIFFERENCE}*. The noise floor is `plain` against `hf-plain`, the same work: its "
+          "interval shows how large a difference noise alone produces here.")
+LEGACY_ROUNDS = ("This file predates the rotated order (every round ran the configs in the same order, `plain` "
+                 "first) and kept each prompt's round seconds (`round_seconds`) but one token count per prompt; "
+                 "its intervals are computed from those.")
+
+
+def per_round_of(data: dict) -> dict | None:
+    """Every round's figures, [prompt][round] per config: the file's ``per_round`` block, or one
+    rebuilt from an older file's ``round_seconds`` (its token count taken as every round's); None
+    for a single round (one unit per prompt: no interval over rounds to show)."""
+    if "per_round" in data:
+        return data["per_round"]
+    rows = data["configs"]["plain"]["prompts"]
+    if data.get("rounds", 1) < 2 or not all("round_seconds" in r for r in rows):
+        return None
+    configs = {name: {"seconds": [r["round_seconds"] for r in entry["prompts"]],
+                      "new_tokens": [[r["new_tokens"]] * len(r["round_seconds"]) for r in entry["prompts"]]}
+               for name, entry in data["configs"].items()}
+    return {"prompt_ids": [r["id"] for r in rows], "kinds": [r["kind"] for r in rows], "configs": configs}
+
+
+def paired_table(data: dict, block: dict) -> str:
+    """One row per config: its paired ratio to plain per column; then the noise floor's row."""
+    kinds = kinds_of(data)
+    columns = [None] + kinds
+    header = ["config", "all"] + kinds
+
+    def cells(config: str, against: str) -> list[str]:
+        return [ratio_cell(compare(block, config, against, "", kind).to_dict()) for kind in columns]
+
+    rows = [[f"`{name}`"] + cells(name, "plain") for name in data["configs"] if name != "plain"]
+    if "hf-plain" in data["configs"]:
+        rows.append(["noise floor: `plain` / `hf-plain`"] + cells("plain", "hf-plain"))
+    return table(header, rows)
 
 
 def bench_command(data: dict, name: str) -> str:
@@ -172,6 +228,9 @@ def bench_section(results_dir: Path, name: str, title: str, what: str, dates: di
     prompts = f"[`{PROMPTS[name]}`]({Path(PROMPTS[name]).name})"
     parts = [f"## {title}", what.format(tokens=data["max_new_tokens"], prompts=prompts, rounds=data.get("rounds", 1)),
              "Tokens/s (× plain):", bench_table(data)]
+    block = per_round_of(data)
+    if block is not None:
+        parts += [PAIRED + ("" if "per_round" in data else " " + LEGACY_ROUNDS), paired_table(data, block)]
     if "adaptive" in data["configs"]:
         parts += ["`adaptive` against the others:", adaptive_table(data)]
     command = bench_command(data, name) + ("\nmake bench   # the same run" if name == "engine.json" else "")
@@ -410,8 +469,8 @@ SHIFT = ("A stream whose traffic shifts, served by one long-lived controller per
 WORKLOADS = ("Three kinds of prompt from {prompts}: copy-heavy, open-ended, and *collapse* prompts (bait text "
              "that prompt lookup matches but the answer does not copy); {tokens} new tokens, one long-lived "
              "controller per config, every config run prompt by prompt, interleaved, in one process.")
-ROUNDS = ("The same workloads ({prompts}, {tokens} new tokens), the interleaved sequence run {rounds} times; each "
-          "(config, prompt) is reported by its median round.")
+ROUNDS = ("The same workloads ({prompts}, {tokens} new tokens), the interleaved sequence run {rounds} times; in the "
+          "first table each (config, prompt) is reported by its median round, the paired ratios use every round.")
 ENGINE = ("The engine's fixed configs against transformers' `generate` on {prompts} (copy-heavy and open-ended "
           "prompts), {tokens} new tokens.")
 

@@ -80,3 +80,14 @@ def test_the_paired_tables_label_every_comparison(result):
 def test_rounds_must_be_a_positive_integer():
     with pytest.raises(InvalidParameterError, match="rounds"):
         run_bench(loaded(tiny_llama(seed=0)), [Prompt("a", "1 2 3")], ["plain"], 4, rounds=0)
+
+
+def test_results_md_renders_a_new_bench_file_s_intervals(result):
+    from benchmarks import make_results
+
+    data = json.loads(json.dumps(result))
+    assert make_results.per_round_of(data) is data["per_round"]
+    text = make_results.paired_table(data, data["per_round"])
+    assert text.splitlines()[0] == "| config | all | copy | open |"
+    assert [line.split(" |")[0] for line in text.splitlines()[2:]] == ["| `static:ngram:4`", "| `adaptive`"]
+    assert "| `adaptive` |" in make_results.bench_table(data)

@@ -92,3 +92,28 @@ def test_a_file_that_records_no_machine_says_so():
 def test_readme_stays_a_short_users_document():
     size = len((Path(__file__).resolve().parents[1] / "README.md").read_bytes())
     assert size < 12_000, f"README.md is {size} bytes; details belong in benchmarks/RESULTS.md or the module docs"
+
+
+def test_bench_files_with_rounds_show_paired_intervals_and_single_rounds_do_not(results_copy):
+    rendered = make_results.render(results_copy, make_results.dates_in(COMMITTED))
+    rounds_section = rendered.split("## Per workload, median of rounds")[1].split("\n## ")[0]
+    single_section = rendered.split("## Per workload\n")[1].split("\n## ")[0]
+    assert "noise floor: `plain` / `hf-plain`" in rounds_section and "95% CI" in rounds_section
+    assert "predates the rotated order" in rounds_section  # computed from the old file's round_seconds
+    assert "Paired ratios" not in single_section  # one round: no interval over rounds to show
+
+
+def test_a_file_with_every_round_s_figures_renders_them_without_the_old_file_caveat(results_copy):
+    path = results_copy / "workloads_rounds3.json"
+    data = json.loads(path.read_text())
+    data["per_round"] = make_results.per_round_of(data)  # the block bench now writes
+    data["per_round"]["configs"]["adaptive"]["seconds"] = [[s / 10 for s in row]
+                                                           for row in data["per_round"]["configs"]["adaptive"]["seconds"]]
+    path.write_text(json.dumps(data))
+
+    rendered = make_results.render(results_copy, make_results.dates_in(COMMITTED))
+
+    section = rendered.split("## Per workload, median of rounds")[1].split("\n## ")[0]
+    assert "predates the rotated order" not in section
+    adaptive = next(line for line in section.splitlines() if line.startswith("| `adaptive` |") and "[" in line)
+    assert "faster" in adaptive and "no difference detected" not in adaptive  # ten times faster in every round
