@@ -223,6 +223,7 @@ def bench(
     with err.status("benchmarking ...") as status:
         result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: status.update(f"benchmarking {msg}"),
                            record_steps=steps, observers=observers, rounds=rounds)
+    result["prompts_file"] = str(prompts)  # RESULTS.md names the file a result was run on
     if split is not None:
         result["split"] = split
     console = Console(width=200)

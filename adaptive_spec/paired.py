@@ -19,7 +19,8 @@ prompt in every round, configs back to back for each prompt, and this module com
   other moments on this machine, not only for the units measured; with few rounds (3-5) the round
   part of the variance is estimated from few draws, one more reason the interval is an honest
   guide, not an exact one.
-- an interval that contains 1.0 is labelled ``"no difference detected"``, never a win or a loss.
+- an interval that contains 1.0 is labelled ``"no difference detected"``, never a win or a loss;
+  a single unit has no interval (``low``/``high`` None, ``"too few units for an interval"``).
 
 The **noise floor** is the same comparison between two configs that do the same work (``plain``,
 our decode loop without drafts, and ``hf-plain``, transformers' ``generate``): its interval shows how
@@ -41,6 +42,7 @@ RESAMPLES = 2000  # percentiles at 2.5% / 97.5% move by < 1% of the interval's w
 LEVEL = 0.95
 SEED = 0
 NO_DIFFERENCE = "no difference detected"
+TOO_FEW = "too few units for an interval"  # one (round, prompt): nothing to resample
 METHOD = ("median over paired units (same round, same prompt) of tokens/s ratios; 95% percentile bootstrap, "
           "prompts (within kind) and rounds resampled with replacement, independently (Owen 2007), "
           f"{RESAMPLES} resamples, numpy default_rng(seed {SEED})")
@@ -54,9 +56,9 @@ class Comparison:
     kind: str  # a kind of prompt, or "all"
     units: int
     median: float  # median ratio of tokens/s, config over against
-    low: float  # the interval's ends
-    high: float
-    verdict: str  # "faster", "slower" or NO_DIFFERENCE
+    low: float | None  # the interval's ends; None for a single unit
+    high: float | None
+    verdict: str  # "faster", "slower", NO_DIFFERENCE or TOO_FEW
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -134,6 +136,8 @@ def compare(per_round: dict, config: str, against: str, role: str, kind: str | N
     rows = _rows(per_round, kind)
     ratios = (speeds(per_round, config) / speeds(per_round, against))[rows]
     strata = [k for k, keep in zip(per_round["kinds"], rows) if keep]
+    if ratios.size < 2:
+        return Comparison(config, against, role, kind or "all", int(ratios.size), float(ratios.item()), None, None, TOO_FEW)
     median, low, high = bootstrap_median(ratios, strata, resamples, seed)
     return Comparison(config, against, role, kind or "all", int(ratios.size), median, low, high, verdict(low, high))
 
@@ -185,6 +189,8 @@ def ratio_cell(comparison: dict) -> str:
     >>> ratio_cell({"median": 1.031, "low": 0.97, "high": 1.08, "verdict": NO_DIFFERENCE})
     'no difference detected (1.03× [0.97, 1.08])'
     """
+    if comparison["low"] is None:
+        return f"{TOO_FEW} ({comparison['median']:.2f}×)"
     figures = f"{comparison['median']:.2f}× [{comparison['low']:.2f}, {comparison['high']:.2f}]"
     if comparison["verdict"] == NO_DIFFERENCE:
         return f"{NO_DIFFERENCE} ({figures})"

@@ -183,6 +183,50 @@ LEGACY_ROUNDS = ("This file predates the rotated order (every round ran the conf
                  "its intervals are computed from those.")
 
 
+CORPUS_FILE = "benchmarks/corpus/corpus.jsonl"
+CORPUS = ("The public corpus ({prompts}: Spec-Bench's six categories and code editing, see "
+          "[`corpus/README.md`](corpus/README.md)), its `test` split only, which no default was tuned on; "
+          "{tokens} new tokens, greedy, {rounds} rounds with the configs' order rotated, one long-lived "
+          "controller per config.")
+# the issue's targets for the published measurement (issue 16)
+TARGET_VS_PLAIN_LOW = 0.97  # lower end of adaptive / plain's interval, in every kind
+
+
+def corpus_section(results_dir: Path, dates: dict | None, name: str = "corpus_test.json") -> str:
+    """The published measurement on the corpus's test split, when its file exists, with the targets."""
+    if not (Path(results_dir) / name).exists():
+        return ""
+    data = load(results_dir, name)
+    section = bench_section(results_dir, name, "Public corpus, test split", CORPUS, dates, CORPUS_FILE)
+    block = per_round_of(data)
+    if block is None or "adaptive" not in data["configs"]:
+        return section
+    return section + "\n\nTargets:\n\n" + targets_table(data, block)
+
+
+def targets_table(data: dict, block: dict) -> str:
+    """Each target of the published measurement, its figure, and whether it is met (**missed** in bold)."""
+    def met(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    rows = []
+    for kind in kinds_of(data):
+        c = compare(block, "adaptive", "plain", "", kind)
+        rows.append([f"`adaptive` / `plain`, {kind}: interval's lower end >= {TARGET_VS_PLAIN_LOW}",
+                     ratio_cell(c.to_dict()), met(c.low is not None and c.low >= TARGET_VS_PLAIN_LOW)])
+    peers = [n for n in data["configs"] if n.startswith("hf-")]
+    if peers:
+        peer_name, _ = best(data, None, fixed=False)
+        c = compare(block, "adaptive", peer_name, "")
+        rows.append([f"`adaptive` / best transformers config (`{peer_name}`), all: interval above 1.0",
+                     ratio_cell(c.to_dict()), met(c.low is not None and c.low > 1.0)])
+    if {"plain", "hf-plain"} <= set(data["configs"]):
+        c = compare(block, "plain", "hf-plain", "")
+        rows.append(["noise floor `plain` / `hf-plain`, all: interval contains 1.0", ratio_cell(c.to_dict()),
+                     met(c.low is not None and c.low <= 1.0 <= c.high)])
+    return table(["target", "measured", "met"], rows)
+
+
 def per_round_of(data: dict) -> dict | None:
     """Every round's figures, [prompt][round] per config: the file's ``per_round`` block, or one
     rebuilt from an older file's ``round_seconds`` (its token count taken as every round's); None
@@ -213,8 +257,11 @@ def paired_table(data: dict, block: dict) -> str:
     return table(header, rows)
 
 
-def bench_command(data: dict, name: str) -> str:
-    parts = [f".venv/bin/adaptive-spec bench --prompts {PROMPTS[name]} --max-new-tokens {data['max_new_tokens']}"]
+def bench_command(data: dict, name: str, prompts_file: str | None = None) -> str:
+    parts = [f".venv/bin/adaptive-spec bench --prompts {prompts_file or PROMPTS[name]}"]
+    if data.get("split"):
+        parts.append(f"--split {data['split']}")
+    parts.append(f"--max-new-tokens {data['max_new_tokens']}")
     if any("step_records" in p for p in data["configs"]["plain"]["prompts"]):
         parts.append("--steps")
     if data.get("rounds", 1) > 1:
@@ -223,9 +270,11 @@ def bench_command(data: dict, name: str) -> str:
     return " ".join(parts)
 
 
-def bench_section(results_dir: Path, name: str, title: str, what: str, dates: dict | None) -> str:
+def bench_section(results_dir: Path, name: str, title: str, what: str, dates: dict | None,
+                  prompts_file: str | None = None) -> str:
     data = load(results_dir, name)
-    prompts = f"[`{PROMPTS[name]}`]({Path(PROMPTS[name]).name})"
+    prompts_file = prompts_file or PROMPTS[name]
+    prompts = f"[`{prompts_file}`]({prompts_file.removeprefix('benchmarks/')})"
     parts = [f"## {title}", what.format(tokens=data["max_new_tokens"], prompts=prompts, rounds=data.get("rounds", 1)),
              "Tokens/s (× plain):", bench_table(data)]
     block = per_round_of(data)
@@ -233,7 +282,7 @@ def bench_section(results_dir: Path, name: str, title: str, what: str, dates: di
         parts += [PAIRED + ("" if "per_round" in data else " " + LEGACY_ROUNDS), paired_table(data, block)]
     if "adaptive" in data["configs"]:
         parts += ["`adaptive` against the others:", adaptive_table(data)]
-    command = bench_command(data, name) + ("\nmake bench   # the same run" if name == "engine.json" else "")
+    command = bench_command(data, name, prompts_file) + ("\nmake bench   # the same run" if name == "engine.json" else "")
     parts.append(provenance(results_dir, [name], dates, command, machine_line(data)))
     return "\n\n".join(parts)
 
@@ -487,6 +536,7 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         bench_section(results_dir, "workloads_rounds3.json", "Per workload, median of rounds", ROUNDS, dates),
         replay_section(results_dir, "replay_workloads.json", dates),
         bench_section(results_dir, "engine.json", "Engine against transformers", ENGINE, dates),
+        corpus_section(results_dir, dates),
         policy_overhead_section(results_dir, dates),
         telemetry_section(results_dir, dates),
         validation_section(results_dir, ["sim_validation.json", "sim_validation_adaptive.json"], dates),

@@ -58,7 +58,8 @@ def test_bench_runs_one_split_and_reports_the_noise_floor(monkeypatch, corpus, t
                                      "--telemetry", "off", "--device", "cpu", "--markdown"])
     assert result.exit_code == 0, (result.output, result.exception)
     data = json.loads(out.read_text())
-    assert data["split"] == "test" and data["per_round"]["prompt_ids"] == ["t1", "t2"]
+    assert data["split"] == "test" and data["prompts_file"] == str(corpus)
+    assert data["per_round"]["prompt_ids"] == ["t1", "t2"]
     floor = [c for c in data["paired"]["comparisons"] if c["role"] == "noise floor"]
     assert {c["kind"] for c in floor} == {"all", "copy", "open"} and all(c["units"] for c in floor)
     assert "noise floor: `plain` / `hf-plain`" in result.output  # the Markdown table

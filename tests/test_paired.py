@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adaptive_spec.paired import (NO_DIFFERENCE, best_other, bootstrap_median, compare, paired_report,
-                                  position_counts, schedule, verdict)
+from adaptive_spec.paired import (NO_DIFFERENCE, TOO_FEW, best_other, bootstrap_median, compare, paired_report,
+                                  position_counts, ratio_cell, schedule, verdict)
 
 
 def synthetic(true_ratio: float, prompts: int, rounds: int, rng: np.random.Generator, kinds=("copy", "open"),
@@ -119,3 +119,10 @@ def test_docstring_examples_run():
     import adaptive_spec.paired as paired
 
     assert doctest.testmod(paired).failed == 0
+
+
+def test_a_single_unit_gets_no_interval_and_no_verdict():
+    data = synthetic(2.0, prompts=1, rounds=1, rng=np.random.default_rng(6), kinds=("only",))
+    result = compare(data, "a", "plain", "plain")
+    assert (result.units, result.low, result.high, result.verdict) == (1, None, None, TOO_FEW)
+    assert ratio_cell(result.to_dict()).startswith(TOO_FEW)

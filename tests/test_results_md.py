@@ -117,3 +117,21 @@ def test_a_file_with_every_round_s_figures_renders_them_without_the_old_file_cav
     assert "predates the rotated order" not in section
     adaptive = next(line for line in section.splitlines() if line.startswith("| `adaptive` |") and "[" in line)
     assert "faster" in adaptive and "no difference detected" not in adaptive  # ten times faster in every round
+
+
+def test_the_corpus_test_run_renders_with_its_targets_once_its_file_exists(results_copy):
+    assert "Public corpus" not in COMMITTED or (results_copy / "corpus_test.json").exists()
+    data = json.loads((results_copy / "workloads_rounds3.json").read_text())
+    data["per_round"] = make_results.per_round_of(data)
+    data["split"] = "test"
+    (results_copy / "corpus_test.json").write_text(json.dumps(data))
+
+    rendered = make_results.render(results_copy, make_results.dates_in(COMMITTED))
+
+    section = rendered.split("## Public corpus, test split")[1].split("\n## ")[0]
+    assert "[`benchmarks/corpus/corpus.jsonl`](corpus/corpus.jsonl)" in section
+    assert "--prompts benchmarks/corpus/corpus.jsonl --split test --max-new-tokens 96" in section
+    targets = section.split("Targets:")[1]
+    assert targets.count("`adaptive` / `plain`") == 3  # one per kind
+    assert "best transformers config (`hf-plain`)" in targets and "noise floor" in targets
+    assert "| met |" in targets and "| **missed** |" in targets  # the open kind's interval reaches below 0.97
