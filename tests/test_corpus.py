@@ -59,18 +59,43 @@ def test_prompts_fit_the_model_s_window_and_cut_texts_say_so():
 
 def test_every_source_is_documented_with_its_licence_and_saved():
     functions = {(f["file"], f["function"]) for f in map(json.loads, build.CPYTHON.read_text().splitlines())}
+    sentences = build.sentences(build.KAFKA.read_text(encoding="utf-8"))
+    backgrounds = {e["file"]: e["background"] for e in map(json.loads, build.FACTBOOK.read_text().splitlines())}
     for row in ROWS:
         where, origin = row["source"].split(" ", 1)
         if where.startswith("cpython-"):
             _, file, function = where.split(":")
             assert (file, function) in functions and origin == "(PSF License)", row["source"]
+        elif where.startswith("verwandlung:"):  # the prompt is that sentence of the saved text
+            n = int(where.split(":")[1])
+            assert row["prompt"] == f"Translate German to English: {sentences[n - 1]}", row["id"]
+            assert origin == build.ORIGIN_KAFKA and origin.split(" (")[0] in README, row["source"]
+        elif where.startswith("factbook:"):  # the prompt is that background, whole or cut
+            text = backgrounds[where.split(":", 1)[1]]
+            assert row["prompt"].removeprefix("Summarize: ").removesuffix(" [...]") in text, row["id"]
+            assert origin == build.ORIGIN_FACTBOOK and origin.split(" (")[0] in README, row["source"]
         else:
             assert where.startswith("spec-bench:") and origin.split(" (")[0] in README, row["source"]
-    for name in ("spec_bench_question.jsonl", "Spec-Bench.LICENSE", "cpython_functions.jsonl", "CPython.LICENSE.txt"):
+    for name in ("spec_bench_question.jsonl", "Spec-Bench.LICENSE", "cpython_functions.jsonl", "CPython.LICENSE.txt",
+                 "kafka_die_verwandlung_I.txt", "factbook_backgrounds.jsonl"):
         assert (build.SOURCES / name).is_file() and name in README, name
     assert build.SPEC_BENCH_COMMIT in README
     for heading in ("## Licences", "## How the prompts were made", "## Split", "## What was tuned on what"):
         assert heading in README, heading
+
+
+def test_translation_and_summarization_ship_only_openly_licensed_text():
+    """Spec-Bench's translation (WMT14) and summarization (CNN/DailyMail) texts are not openly
+    licensed: they are neither in the saved question file nor in the corpus."""
+    categories = {json.loads(line)["category"] for line in build.SPEC_BENCH.read_text(encoding="utf-8").splitlines()}
+    assert not categories & {"translation", "summarization"}
+    for row in ROWS:
+        if row["kind"] in ("translation", "summarization"):
+            assert row["source"].endswith("public domain)") and "spec-bench" not in row["source"], row["id"]
+    translations = [r for r in ROWS if r["kind"] == "translation"]
+    for row in translations:
+        sentence = row["prompt"].removeprefix("Translate German to English: ")
+        assert sentence != row["prompt"] and build.SENTENCE_CHARS[0] <= len(sentence) <= build.SENTENCE_CHARS[1]
 
 
 def test_bench_reads_the_corpus_and_its_test_split(tmp_path):
