@@ -8,12 +8,25 @@ import pandas as pd
 HEIGHT = 220
 
 
+def time_axis(times: pd.Series) -> alt.Axis:
+    """Every tick label readable on its own: Vega's default mixes "09:19" with ":30" and its overlap
+    pruning can keep only the ":30" ones; the format follows the span shown, a few ticks at most."""
+    span = (times.max() - times.min()) if len(times) else pd.Timedelta(0)
+    if span > pd.Timedelta(days=1):
+        fmt = "%d %b %H:%M"
+    elif span > pd.Timedelta(minutes=10):
+        fmt = "%H:%M"
+    else:
+        fmt = "%H:%M:%S"
+    return alt.Axis(format=fmt, tickCount=5, labelOverlap="greedy")
+
+
 def over_time(df: pd.DataFrame, y: str, y_title: str, color: str | None = None, y_format: str | None = None,
               rule: float | None = None, interpolate: str = "linear") -> alt.Chart:
     """A line per ``color`` value of ``y`` against wall-clock ``time``; ``rule``: a dashed threshold."""
     df = df[df[y].notna()]
     axis = alt.Axis(format=y_format) if y_format else alt.Axis()
-    enc = dict(x=alt.X("time:T", title="time (local)"), y=alt.Y(f"{y}:Q", title=y_title, axis=axis),
+    enc = dict(x=alt.X("time:T", title="time (local)", axis=time_axis(df["time"])), y=alt.Y(f"{y}:Q", title=y_title, axis=axis),
                tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), alt.Tooltip(f"{y}:Q", format=y_format or ".3f")])
     if color:
         enc["color"] = alt.Color(f"{color}:N", title=color.replace("_", " "))
@@ -27,7 +40,7 @@ def over_time(df: pd.DataFrame, y: str, y_title: str, color: str | None = None, 
 def stacked_share(df: pd.DataFrame, y: str, color: str, y_title: str) -> alt.Chart:
     """Shares of ``y`` per ``color`` value, stacked to 100 % per time bucket (which drafter ran)."""
     return alt.Chart(df).mark_area().encode(
-        x=alt.X("time:T", title="time (local)"),
+        x=alt.X("time:T", title="time (local)", axis=time_axis(df["time"])),
         y=alt.Y(f"sum({y}):Q", stack="normalize", title=y_title, axis=alt.Axis(format="%")),
         color=alt.Color(f"{color}:N", title=color.replace("_", " ")),
         tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), f"{color}:N", alt.Tooltip(f"sum({y}):Q", title=y)],
