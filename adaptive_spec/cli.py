@@ -239,38 +239,29 @@ def bench(
 @app.command()
 def demo(
     model: str = typer.Option("smollm2", help="Model to demo on."),
-    max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens per request at most."),
+    requests_per_phase: int = typer.Option(2, "--requests-per-phase", help="Requests in each of the three phases "
+                                           "(copy-heavy, open-ended, copy-heavy)."),
+    telemetry: str = typer.Option("sqlite", help=TELEMETRY_HELP),
 ) -> None:
-    """Generate on the embedded model, plain and speculative, and print the speed-up measured."""
-    from adaptive_spec.config import GenerationConfig
-    from policies.static import StaticPolicy
+    """Serve a stream that shifts from copy-heavy to open-ended requests and back under the adaptive
+    controller, a fixed n-gram config and plain decoding, interleaved; print the speed-ups and check
+    every output against plain decoding's."""
+    from adaptive_spec.demo import run_demo
+    from adaptive_spec.telemetry.spec import SqliteSpec, parse_spec
 
-    decoder = _load_decoder(model, ["ngram"], *_setup_runtime("auto", "float32"), None)
-    prompt = (
-        "Repeat the following paragraph exactly, word for word:\n\n"
-        "The old lighthouse stood on the edge of the cliff, its white paint peeling in the salty wind. "
-        "Every night the keeper climbed the hundred and twelve steps to light the lamp, and every morning "
-        "he climbed down again to make his tea and write the weather in his book."
-    )
-    cfg = GenerationConfig(max_new_tokens=max_new_tokens)
-    with err.status("warming up (first calls of each shape pay for kernel selection) ..."):
-        for policy in (StaticPolicy("none", 0), StaticPolicy("ngram", 8)):
-            decoder.generate(prompt, cfg, policy=policy)
-    plain = decoder.generate(prompt, cfg, policy=StaticPolicy("none", 0))
-    spec = decoder.generate(prompt, cfg, policy=StaticPolicy("ngram", 8))
-    console = Console()
-    console.rule("prompt")
-    console.print(prompt)
-    console.rule("speculative output (ngram drafter, k=8)")
-    console.print(spec.text)
-    console.rule("measured")
-    s, p = spec.stats, plain.stats
-    console.print(f"plain decoding:        {p.tokens_per_s:6.1f} tokens/s")
-    console.print(f"speculative decoding:  {s.tokens_per_s:6.1f} tokens/s  → [bold]{s.tokens_per_s / p.tokens_per_s:.2f}× speed-up[/bold]")
-    acc = f"{s.acceptance_rate:.2f}" if s.acceptance_rate is not None else "-"
-    mal = f"{s.mean_acceptance_length:.2f}" if s.mean_acceptance_length is not None else "-"
-    console.print(f"acceptance rate {acc} · mean acceptance length {mal} · {s.steps} steps for {s.new_tokens} tokens")
-    console.print(f"identical to plain decoding: {'yes' if spec.token_ids == plain.token_ids else 'NO'}")
+    check_positive_int("max_new_tokens", max_new_tokens)
+    check_positive_int("requests_per_phase", requests_per_phase)
+    observers = _observers(telemetry)
+    store = next((str(p.path) for p in parse_spec(telemetry) if isinstance(p, SqliteSpec)), None)
+    torch_device, torch_dtype, drafters = _runtime_and_drafters("auto", "float32", None, "drafters")
+    decoder = _load_decoder(model, drafters, torch_device, torch_dtype, None, observers)
+    summary = run_demo(decoder, [d for d in drafters if d != "none"], requests_per_phase, max_new_tokens,
+                       Console(), store)
+    for observer in observers:  # the store has what the dashboard is pointed at before we exit
+        getattr(observer, "flush", lambda: None)()
+    if not summary["identical"]:
+        raise typer.Exit(1)
 
 
 @app.command()
