@@ -80,6 +80,22 @@ def record_store(directory: Path) -> Recorded:
     return Recorded(firing, path)
 
 
+def strip_rollups(path: Path) -> Path:
+    """Make ``path`` what a version-2 writer left: no rollup tables or triggers, version 2."""
+    conn = sqlite3.connect(path)
+    try:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            conn.execute(f"DROP TRIGGER {name}")
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rollup_%'"
+                                    ).fetchall():
+            conn.execute(f"DROP TABLE {name}")
+        conn.execute("UPDATE schema_info SET value = '2' WHERE name = 'version'")
+        conn.commit()
+    finally:
+        conn.close()
+    return path
+
+
 def store_counters(path: Path, where: str = "drafter != 'none'") -> dict:
     """Sums of the interval counters straight from the store, for comparing with the pages."""
     conn = sqlite3.connect(path)

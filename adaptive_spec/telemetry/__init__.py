@@ -12,6 +12,7 @@ Modules, one concept each:
 - ``tracker``   speculation on/off, active drafter and k, read off the step stream
 - ``writer``    bounded queue + background thread: batches, retention, periodic jobs
 - ``store``     schema, batch inserts, retention, readers
+- ``rollup``    per-minute/hour/day sums kept by triggers; latency histograms; window covers
 - ``access``    opening it: private directories, read-only readers, one error per way it fails
 - ``otel``      OpenTelemetry spans (GenAI conventions) and metrics (GenAI + vLLM-style counters)
 - ``alerts``    rule evaluator over the store; ``webhook`` its Alertmanager-style POSTs, sent

@@ -14,6 +14,8 @@ Tables (the full schema, with every column's meaning, is in ``SCHEMA.md`` next t
 - ``alerts``    alert lifecycles written by ``alerts.AlertEvaluator``: firing -> resolved.
 - ``notifications`` the webhook's outbox (``outbox.py``): a payload per batch of alert
   transitions, pending until the receiver answers 2xx, kept across restarts.
+- ``rollup_*``  the ``intervals`` and ``requests`` sums per minute, hour and day, kept by triggers
+  in the same transaction as the rows (``rollup.py``): what lets the dashboard read a week fast.
 
 Rates are never stored, only counters; readers derive them (vLLM's definitions)::
 
@@ -34,9 +36,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from adaptive_spec.telemetry import access
+from adaptive_spec.telemetry import access, rollup
 
-SCHEMA_VERSION = 2  # 2: the notifications table (a version-1 store gains it when a writer opens it)
+SCHEMA_VERSION = 3  # 2: the notifications table; 3: the rollups (an older store gains both when a writer opens it)
 
 # column order is the order of the tuples the recorder queues; keep both in step
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -57,47 +59,47 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "decisions": ("run_id", "time", "model", "key", "kind", "drafter", "value", "previous", "detail"),
 }
 
-# one transaction: a store is created whole or not at all (statement by statement, a full disk
-# left stores with only some of their tables)
-_DDL = """
-BEGIN;
-CREATE TABLE IF NOT EXISTS schema_info (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS requests (
+# the raw tables, then the rollups and their triggers (``rollup.py``); ``connect`` runs them in one
+# transaction: a store is created whole or not at all (statement by statement, a full disk left
+# stores with only some of their tables)
+_DDL = [
+    """CREATE TABLE IF NOT EXISTS schema_info (name TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS requests (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, request_id INTEGER NOT NULL, model TEXT NOT NULL,
     key TEXT NOT NULL, policy TEXT, start_time REAL NOT NULL, end_time REAL NOT NULL,
     prompt_tokens INTEGER, new_tokens INTEGER, max_new_tokens INTEGER, temperature REAL,
     finish_reason TEXT, error TEXT, ttft_s REAL, decode_s REAL, tpot_s REAL, steps INTEGER,
-    drafts INTEGER, draft_tokens INTEGER, accepted_tokens INTEGER, drafters TEXT, main_drafter TEXT);
-CREATE INDEX IF NOT EXISTS requests_time ON requests (end_time);
-CREATE TABLE IF NOT EXISTS intervals (
+    drafts INTEGER, draft_tokens INTEGER, accepted_tokens INTEGER, drafters TEXT, main_drafter TEXT)""",
+    """CREATE INDEX IF NOT EXISTS requests_time ON requests (end_time)""",
+    """CREATE TABLE IF NOT EXISTS intervals (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, model TEXT NOT NULL, key TEXT NOT NULL,
     drafter TEXT NOT NULL, start_time REAL NOT NULL, end_time REAL NOT NULL, steps INTEGER NOT NULL,
     drafts INTEGER NOT NULL, draft_tokens INTEGER NOT NULL, accepted_tokens INTEGER NOT NULL,
     emitted_tokens INTEGER NOT NULL, k_sum INTEGER NOT NULL, draft_s REAL NOT NULL, verify_s REAL NOT NULL,
-    proposed_per_pos TEXT NOT NULL, accepted_per_pos TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS intervals_time ON intervals (end_time);
-CREATE TABLE IF NOT EXISTS steps (
+    proposed_per_pos TEXT NOT NULL, accepted_per_pos TEXT NOT NULL)""",
+    """CREATE INDEX IF NOT EXISTS intervals_time ON intervals (end_time)""",
+    """CREATE TABLE IF NOT EXISTS steps (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, request_id INTEGER NOT NULL, time REAL NOT NULL,
     model TEXT NOT NULL, key TEXT NOT NULL, drafter TEXT NOT NULL, k INTEGER NOT NULL,
     proposed INTEGER NOT NULL, accepted INTEGER NOT NULL, emitted INTEGER NOT NULL, draft_s REAL NOT NULL,
-    verify_s REAL NOT NULL, context_len INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS steps_time ON steps (time);
-CREATE TABLE IF NOT EXISTS decisions (
+    verify_s REAL NOT NULL, context_len INTEGER NOT NULL)""",
+    """CREATE INDEX IF NOT EXISTS steps_time ON steps (time)""",
+    """CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, time REAL NOT NULL, model TEXT NOT NULL, key TEXT NOT NULL,
-    kind TEXT NOT NULL, drafter TEXT, value TEXT, previous TEXT, detail TEXT);
-CREATE INDEX IF NOT EXISTS decisions_time ON decisions (time);
-CREATE TABLE IF NOT EXISTS alerts (
+    kind TEXT NOT NULL, drafter TEXT, value TEXT, previous TEXT, detail TEXT)""",
+    """CREATE INDEX IF NOT EXISTS decisions_time ON decisions (time)""",
+    """CREATE TABLE IF NOT EXISTS alerts (
     id INTEGER PRIMARY KEY, rule TEXT NOT NULL, model TEXT NOT NULL, key TEXT NOT NULL, drafter TEXT NOT NULL,
     state TEXT NOT NULL, fired_at REAL NOT NULL, resolved_at REAL, value REAL, threshold REAL,
-    message TEXT, updated_at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS alerts_state ON alerts (state, rule);
-CREATE TABLE IF NOT EXISTS notifications (
+    message TEXT, updated_at REAL NOT NULL)""",
+    """CREATE INDEX IF NOT EXISTS alerts_state ON alerts (state, rule)""",
+    """CREATE TABLE IF NOT EXISTS notifications (
     id INTEGER PRIMARY KEY, url TEXT NOT NULL, state TEXT NOT NULL, created_at REAL NOT NULL,
     updated_at REAL NOT NULL, next_attempt_at REAL NOT NULL, attempts INTEGER NOT NULL,
-    delivered_at REAL, last_error TEXT, summary TEXT NOT NULL, payload TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS notifications_due ON notifications (url, state, id);
-COMMIT;
-"""
+    delivered_at REAL, last_error TEXT, summary TEXT NOT NULL, payload TEXT NOT NULL)""",
+    """CREATE INDEX IF NOT EXISTS notifications_due ON notifications (url, state, id)""",
+]
+
 
 # the time column retention ages each table by
 TIME_COLUMN = {"requests": "end_time", "intervals": "end_time", "steps": "time", "decisions": "time",
@@ -138,19 +140,37 @@ def connect(path: str | Path, timeout_s: float = 0.5, create: bool = True) -> sq
     try:
         conn.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor the writer them
         conn.execute("PRAGMA synchronous=NORMAL")  # fsync at checkpoints only, not per transaction
-        try:
-            conn.executescript(_DDL)
-        except BaseException:
-            rollback(conn)
-            raise
-        conn.execute("INSERT OR IGNORE INTO schema_info VALUES ('version', ?)", (str(SCHEMA_VERSION),))
-        # never lowered: an older writer on a newer store leaves the newer version in place
-        conn.execute("UPDATE schema_info SET value = ? WHERE name = 'version' AND CAST(value AS INTEGER) < ?",
-                     (str(SCHEMA_VERSION), SCHEMA_VERSION))
+        _initialise(conn)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _initialise(conn: sqlite3.Connection) -> None:
+    """Create what is missing and bring an older store up to ``SCHEMA_VERSION``, in one transaction.
+
+    A store without rollups (written before version 3) has them built from its raw rows here
+    (``rollup.rebuild``), in the transaction that creates their triggers: from then on every write
+    keeps them, and no reader ever sees rollups that disagree with the rows. Building takes seconds
+    per million raw rows, once; meanwhile other writers' batches wait out their busy timeout and are
+    dropped and counted, as for any lock.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        had_rollups = rollup.present(conn)
+        for statement in _DDL + rollup.DDL:
+            conn.execute(statement)
+        if not had_rollups:
+            rollup.rebuild(conn)
+        conn.execute("INSERT OR IGNORE INTO schema_info VALUES ('version', ?)", (str(SCHEMA_VERSION),))
+        # never lowered: an older writer on a newer store leaves the newer version in place
+        conn.execute("UPDATE schema_info SET value = ? WHERE name = 'version' AND CAST(value AS INTEGER) < ?",
+                     (str(SCHEMA_VERSION), SCHEMA_VERSION))
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
 
 
 def rollback(conn: sqlite3.Connection) -> None:

@@ -3,6 +3,8 @@
 Generation threads call ``put(table, row)``, a non-blocking append to a bounded queue
 (``queue_size`` rows, so telemetry's memory is bounded). One daemon thread takes rows off the
 queue and writes them in batches: one transaction per ``flush_every_s`` or per ``max_batch`` rows.
+The store's triggers add each batch into the per-minute/hour/day rollups in that same transaction
+(``rollup.py``), so the dashboard never sees rows its rollups do not count.
 Every ``retention_every_s`` it applies the store's retention, and every ``periodic_every_s`` it runs
 the registered periodic jobs (the alert evaluator) on its own connection.
 
