@@ -5,15 +5,23 @@ Pages only render; they get DataFrames from here. The store is opened once per p
 ``st.cache_resource``; each query is cached with ``st.cache_data`` for ``TTL_S``, so a page that
 refreshes itself every few seconds, in every open browser tab, costs one query per TTL.
 
-The store holds counters, not rates. Queries sum counters in SQL per time bucket (the
-``end_time`` / ``time`` indexes keep a window's scan short on a store of millions of rows), and
-``rates`` derives the rates from the sums with the formulas of ``SCHEMA.md``::
+The store holds counters, not rates. Queries sum counters in SQL per time bucket, and ``rates``
+derives the rates from the sums with the formulas of ``SCHEMA.md``::
 
     acceptance_rate         = accepted_tokens / draft_tokens
     mean_acceptance_length  = 1 + accepted_tokens / drafts
     mean_k                  = k_sum / steps
     decode_tokens_per_s     = emitted_tokens / (draft_s + verify_s)
     spec_off_share          = steps of drafter "none" / steps
+
+A window is read from the store's rollups (``adaptive_spec/telemetry/rollup.py``: the same
+counters summed per minute, hour and day, kept by triggers in the writer's transactions) for its
+whole minutes, hours and days, and from the raw rows only for the partial minutes at its ends
+(``rollup.cover``): a week costs a few thousand rollup rows instead of a million raw ones. Latency
+percentiles come from the request rows while a window holds at most
+``EXACT_PERCENTILES_MAX_REQUESTS`` of them (exact), beyond that from the rollups' histograms
+(within 0.5%, ``rollup.RESOLUTION``). A store written before rollups (schema version 2, until a
+writer of this version opens it) is read from its raw rows only.
 
 A rate over nothing is None (shown as "-"), never NaN: "no drafts" is not "nothing accepted".
 """
@@ -30,7 +38,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from adaptive_spec.telemetry import access
+from adaptive_spec.telemetry import access, rollup
 
 TTL_S = 2.0  # as long as the Live page's refresh period: a refresh always sees new rows
 PLAIN = "none"  # the drafter name of plain decoding steps (policies.outcome.PLAIN)
@@ -110,51 +118,139 @@ def _where(model: str | None, keys: tuple[str, ...], prefix: str = "") -> tuple[
     return "".join(f" AND {c}" for c in clauses), tuple(args)
 
 
+def has_rollups(path: str | Path) -> bool:
+    """Whether the store keeps rollups (``rollup.py``); one written before them is read raw until a
+    writer of this version opens it (and builds them)."""
+    names = query(path, f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
+                        f"({', '.join('?' * len(rollup.TABLES))})", rollup.TABLES)
+    return len(names) == len(rollup.TABLES)
+
+
+def _cover(path: str, since: float, until: float | None = None, bucket_s: float | None = None) -> rollup.Cover:
+    """The window as rollup blocks and raw rows; blocks only of widths that divide ``bucket_s``
+    (a block must fall in one time bucket), and none on a store without rollups."""
+    widths = tuple(w for w in rollup.WIDTHS if bucket_s is None or bucket_s % w == 0) if has_rollups(path) else ()
+    return rollup.cover(since, until, widths)
+
+
+def _union(cover: rollup.Cover, rollup_select: str, raw_selects: list[str], args: tuple = (),
+           time_column: str = "end_time") -> tuple[str, list]:
+    """``UNION ALL`` of ``rollup_select`` over each block and the ``raw_selects`` over each raw part.
+
+    Each SELECT has a ``{where}`` slot for the part's condition, followed by the filter whose
+    arguments are ``args``.
+    """
+    parts, params = [], []
+    for block in cover.blocks:
+        where, block_args = rollup.block_where(block)
+        parts.append(rollup_select.format(where=where))
+        params += [*block_args, *args]
+    for raw in cover.raw:
+        where, raw_args = raw.where(time_column)
+        for select in raw_selects:
+            parts.append(select.format(where=where))
+            params += [*raw_args, *args]
+    return " UNION ALL ".join(parts), params
+
+
 # -- queries (cached) ------------------------------------------------------------------------------
+
+COUNTERS = ("steps", "drafts", "draft_tokens", "accepted_tokens", "emitted_tokens", "k_sum", "draft_s", "verify_s")
+# up to this many requests in a window, latency percentiles come from the rows themselves (exact;
+# reading 10,000 rows takes ~20 ms); beyond, from the rollups' histograms (within rollup.RESOLUTION)
+EXACT_PERCENTILES_MAX_REQUESTS = 10_000
+
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def series(path: str, since: float) -> pd.DataFrame:
     """(model, key, drafter) with steps in the window: the filters' choices."""
-    return query(path, "SELECT model, key, drafter, SUM(steps) AS steps FROM intervals WHERE end_time >= ? "
-                       "GROUP BY model, key, drafter ORDER BY model, key, drafter", (since,))
+    cover = _cover(path, since)
+    union, args = _union(cover, "SELECT model, key, drafter, steps FROM rollup_intervals WHERE {where}",
+                         ["SELECT model, key, drafter, steps FROM intervals WHERE {where}"])
+    return query(path, f"SELECT model, key, drafter, SUM(steps) AS steps FROM ({union}) "
+                       "GROUP BY model, key, drafter ORDER BY model, key, drafter", tuple(args))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def interval_buckets(path: str, since: float, bucket_s: float, model: str | None = None,
                      keys: tuple[str, ...] = (), until: float | None = None) -> pd.DataFrame:
-    """Step counters summed per (bucket start ``t``, key, drafter); intervals rows are additive."""
+    """Step counters summed per (bucket start ``t``, key, drafter); intervals rows are additive.
+
+    Whole minutes, hours and days come from the rollups when the bucket is a multiple of them;
+    a raw row's bucket is then taken from its minute, as the rollups take it.
+    """
+    bucket_s = float(bucket_s)
     where, args = _where(model, keys)
-    if until is not None:
-        where, args = where + " AND end_time <= ?", (*args, until)
-    return query(path, f"""
-        SELECT CAST(end_time / ? AS INTEGER) * ? AS t, key, drafter, SUM(steps) AS steps, SUM(drafts) AS drafts,
-               SUM(draft_tokens) AS draft_tokens, SUM(accepted_tokens) AS accepted_tokens,
-               SUM(emitted_tokens) AS emitted_tokens, SUM(k_sum) AS k_sum, SUM(draft_s) AS draft_s,
-               SUM(verify_s) AS verify_s
-        FROM intervals WHERE end_time >= ?{where} GROUP BY 1, key, drafter ORDER BY 1""",
-                 (bucket_s, bucket_s, since, *args))
+    cover = _cover(path, since, until, bucket_s)
+    raw_time = rollup.MINUTE_SQL if cover.blocks else "end_time"
+    columns = ", ".join(("key", "drafter") + COUNTERS)
+    union, params = _union(
+        cover, f"SELECT CAST(start / {bucket_s!r} AS INTEGER) * {bucket_s!r} AS t, {columns} "
+               f"FROM rollup_intervals WHERE {{where}}{where}",
+        [f"SELECT CAST({raw_time} / {bucket_s!r} AS INTEGER) * {bucket_s!r} AS t, {columns} "
+         f"FROM intervals WHERE {{where}}{where}"], args)
+    sums = ", ".join(f"SUM({c}) AS {c}" for c in COUNTERS)
+    return query(path, f"SELECT t, key, drafter, {sums} FROM ({union}) GROUP BY t, key, drafter "
+                       "ORDER BY t, key, drafter", tuple(params))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def position_acceptance(path: str, since: float, model: str | None = None, keys: tuple[str, ...] = ()) -> pd.DataFrame:
     """Per (key, drafter, position): drafts that reached the position and those accepted there."""
-    where, args = _where(model, keys, "i.")
-    return query(path, f"""
-        SELECT i.key AS key, i.drafter AS drafter, CAST(p.key AS INTEGER) AS position, SUM(p.value) AS proposed,
-               SUM(COALESCE(json_extract(i.accepted_per_pos, '$[' || p.key || ']'), 0)) AS accepted
-        FROM intervals AS i, json_each(i.proposed_per_pos) AS p
-        WHERE i.end_time >= ? AND i.drafter != 'none'{where}
-        GROUP BY i.key, i.drafter, p.key ORDER BY i.key, i.drafter, position""", (since, *args))
+    where, args = _where(model, keys)
+    raw_where, _ = _where(model, keys, "i.")
+    union, params = _union(
+        _cover(path, since),
+        f"SELECT key, drafter, position, proposed, accepted FROM rollup_positions "
+        f"WHERE {{where}} AND drafter != 'none'{where}",
+        [f"SELECT i.key AS key, i.drafter AS drafter, CAST(p.key AS INTEGER) AS position, p.value AS proposed, "
+         f"COALESCE(json_extract(i.accepted_per_pos, '$[' || p.key || ']'), 0) AS accepted "
+         f"FROM intervals AS i, json_each(i.proposed_per_pos) AS p WHERE {{where}} AND i.drafter != 'none'{raw_where}"],
+        args, time_column="i.end_time")
+    return query(path, f"SELECT key, drafter, position, SUM(proposed) AS proposed, SUM(accepted) AS accepted "
+                       f"FROM ({union}) GROUP BY key, drafter, position ORDER BY key, drafter, position",
+                 tuple(params))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def requests(path: str, since: float, model: str | None = None, keys: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Finished requests in the window with their latencies (``e2e_s = end_time - start_time``)."""
+def request_stats(path: str, since: float, model: str | None = None, keys: tuple[str, ...] = (),
+                  exact_max: int = EXACT_PERCENTILES_MAX_REQUESTS) -> dict:
+    """Requests that finished in the window: ``requests``, ``errors``, and of those without error
+    ``new_tokens``, ``busy_s`` (TTFT + decode seconds) and ``percentiles[metric][q]`` for
+    ``ttft_s``, ``tpot_s``, ``e2e_s`` (``end_time - start_time``) and q in 50, 95 (None: no value).
+
+    Percentiles are nearest-rank: from the rows when the window holds at most ``exact_max``
+    requests (``exact`` True), else from the latency histograms, within ``rollup.RESOLUTION``.
+    """
     where, args = _where(model, keys)
-    return query(path, f"""
-        SELECT end_time, key, main_drafter, ttft_s, tpot_s, end_time - start_time AS e2e_s, new_tokens,
-               decode_s, error
-        FROM requests WHERE end_time >= ?{where} ORDER BY end_time""", (since, *args))
+    cover = _cover(path, since)
+    ok = "error IS NULL"
+    union, params = _union(
+        cover, f"SELECT rows AS requests, errors, new_tokens, busy_s FROM rollup_requests WHERE {{where}}{where}",
+        [f"SELECT 1 AS requests, error IS NOT NULL AS errors, CASE WHEN {ok} THEN COALESCE(new_tokens, 0) ELSE 0 "
+         f"END AS new_tokens, CASE WHEN {ok} THEN COALESCE(ttft_s, 0) + COALESCE(decode_s, 0) ELSE 0.0 END AS busy_s "
+         f"FROM requests WHERE {{where}}{where}"], args)
+    (requests, errors, new_tokens, busy_s), = query(
+        path, f"SELECT SUM(requests), SUM(errors), SUM(new_tokens), SUM(busy_s) FROM ({union})",
+        tuple(params)).itertuples(index=False)
+    stats = dict(requests=int(requests or 0), errors=int(errors or 0), new_tokens=int(new_tokens or 0),
+                 busy_s=float(busy_s or 0.0), exact=not cover.blocks or (requests or 0) <= exact_max)
+    latencies = {"ttft_s": "ttft_s", "tpot_s": "tpot_s", "e2e_s": "end_time - start_time"}
+    if stats["exact"]:
+        rows = query(path, f"SELECT ttft_s, tpot_s, end_time - start_time AS e2e_s FROM requests "
+                           f"WHERE end_time >= ?{where} AND {ok}", (since, *args))
+        stats["percentiles"] = {m: {q: percentile(rows[m], q) for q in (50, 95)} for m in latencies}
+        return stats
+    union, params = _union(
+        cover, f"SELECT metric, bucket, count FROM rollup_latency WHERE {{where}}{where}",
+        [f"SELECT '{m}' AS metric, {rollup.latency_bucket_sql(v)} AS bucket, 1 AS count FROM requests "
+         f"WHERE {{where}}{where} AND {ok} AND {v} IS NOT NULL" for m, v in latencies.items()], args)
+    counts: dict[str, dict[int, int]] = {m: {} for m in latencies}
+    for metric, bucket, count in query(path, f"SELECT metric, bucket, SUM(count) FROM ({union}) GROUP BY metric, bucket",
+                                       tuple(params)).itertuples(index=False):
+        counts[metric][int(bucket)] = int(count)
+    stats["percentiles"] = {m: {q: rollup.histogram_percentile(counts[m], q) for q in (50, 95)} for m in latencies}
+    return stats
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -7,6 +7,7 @@ Every figure is a rate derived from the store's counters over the chosen window 
 import pandas as pd
 import streamlit as st
 
+from adaptive_spec.telemetry import rollup
 from dashboard import charts, data, ui
 
 st.title("Live")
@@ -17,13 +18,11 @@ def key_label(key: str) -> str:
     return key or "(no key)"
 
 
-def throughput(buckets: pd.DataFrame, plain_all_keys: pd.DataFrame, reqs: pd.DataFrame) -> None:
+def throughput(buckets: pd.DataFrame, plain_all_keys: pd.DataFrame, reqs: dict) -> None:
     spec = data.rates(buckets[buckets["drafter"] != data.PLAIN])
     plain = data.rates(plain_all_keys[plain_all_keys["drafter"] == data.PLAIN])
     speedup = data.ratio(spec["decode_tokens_per_s"] or 0, plain["decode_tokens_per_s"] or 0) \
         if spec["decode_tokens_per_s"] and plain["decode_tokens_per_s"] else None
-    ok = reqs[reqs["error"].isna()]
-    seconds = float((ok["ttft_s"].fillna(0) + ok["decode_s"].fillna(0)).sum())
     c = st.columns(4)
     c[0].metric("speculative decode tokens/s", ui.fmt(spec["decode_tokens_per_s"], ".1f"),
                 help="emitted tokens / (draft s + verify s) of the speculative steps")
@@ -31,7 +30,7 @@ def throughput(buckets: pd.DataFrame, plain_all_keys: pd.DataFrame, reqs: pd.Dat
                 help="the same model's plain steps (all keys): guard probes or plain configurations")
     c[2].metric("speedup vs plain", ui.fmt(speedup, ".2f", unit="x"),
                 help="'-' until the window holds both speculative and plain steps")
-    c[3].metric("request tokens/s", ui.fmt(data.ratio(ok["new_tokens"].sum(), seconds), ".1f"),
+    c[3].metric("request tokens/s", ui.fmt(data.ratio(reqs["new_tokens"], reqs["busy_s"]), ".1f"),
                 help="new tokens / (TTFT + decode s), whole requests")
 
 
@@ -47,16 +46,17 @@ def acceptance(buckets: pd.DataFrame) -> None:
                 help="plain steps / all steps")
 
 
-def latency(reqs: pd.DataFrame) -> None:
-    ok = reqs[reqs["error"].isna()]
+def latency(reqs: dict) -> None:
     c = st.columns(6)
     i = 0
     for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         for q in (50, 95):
-            c[i].metric(f"{label} p{q}", ui.duration(data.percentile(ok[name], q)))
+            c[i].metric(f"{label} p{q}", ui.duration(reqs["percentiles"][name][q]))
             i += 1
-    st.caption(f"{len(reqs)} requests finished in the window ({len(reqs) - len(ok)} with errors); "
-               "nearest-rank percentiles")
+    how = "nearest-rank percentiles" if reqs["exact"] else (
+        f"nearest-rank percentiles from the store's latency histograms (3 significant digits: within "
+        f"{rollup.RESOLUTION:.1%} of the exact values)")
+    st.caption(f"{reqs['requests']} requests finished in the window ({reqs['errors']} with errors); {how}")
 
 
 def over_time(buckets: pd.DataFrame, positions: pd.DataFrame) -> None:
@@ -124,7 +124,7 @@ def live() -> None:
     if buckets.empty:
         st.info(f"no traffic in the last {window} for {model}" + (f", keys {', '.join(keys)}" if keys else ""))
         return
-    reqs = data.requests(path, since, model, keys)
+    reqs = data.request_stats(path, since, model, keys, data.EXACT_PERCENTILES_MAX_REQUESTS)
     throughput(buckets, data.interval_buckets(path, since, bucket_s, model), reqs)
     acceptance(buckets)
     latency(reqs)
