@@ -489,6 +489,50 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
                         provenance(results_dir, ["serve_shift.json"], dates, command, machine_line(data))])
 
 
+def dashboard_section(results_dir: Path, dates: dict | None) -> str:
+    if not (Path(results_dir) / "dashboard_render.json").exists():
+        return ""
+    data = load(results_dir, "dashboard_render.json")
+    st, budget = data["store"], data["budget_s"]
+    names = {"live": "Live", "controllers": "Controllers", "alerts": "Alerts", "whatif": "What-if (replay)"}
+    rows = [[names.get(r["page"], r["page"]), r["window"], f"{r['raw_s']:.2f}", f"{r['rollups_s']:.2f}",
+             "yes" if r["rollups_s"] < budget and not r["errors"] else "**no**"] for r in data["pages"]]
+    what = (f"Each page rendered whole by Streamlit's `AppTest`, data cache cleared before each render (every "
+            f"refresh of the Live page misses it), on a synthetic store of {st['requests']:,} requests, "
+            f"{st['interval_rows']:,} `intervals` rows and {st['step_rows']:,} `steps` rows over "
+            f"{st['span_days']:g} days ({st['file_mb']:.0f} MB), generated and written through the store's own "
+            f"`write_batch` in {st['build_s']:.0f} s (a writer opening the same store without rollups builds them in "
+            f"{st['migrate_s']:.0f} s). "
+            f"Median of {data['renders']} renders reading the rollups (`adaptive_spec/telemetry/rollup.py`) and of "
+            f"{data['raw_renders']} reading the raw rows, as on a store written before them; budget {budget:g} s.")
+    header = ["page", "window", "raw rows s", "rollups s", f"under {budget:g} s"]
+    latency = {"TTFT", "TPOT", "E2E"}
+    odd = [(r["window"], t) for r in data["pages"] for t in r.get("tiles_differing", [])
+           if t.split(" ")[0] not in latency]
+    from_histograms = [r["window"] for r in data["pages"] if r["page"] == "live"
+                       and any(t.split(" ")[0] in latency for t in r.get("tiles_differing", []))]
+    tiles = ("The Live page showed the same tiles both ways" + (
+        f", but for latency percentiles read from the histograms (windows of more than 10,000 requests: "
+        f"{', '.join(from_histograms)})" if from_histograms else "") + ("." if not odd else "; other tiles differed: "
+        + ", ".join(f"{t} ({w})" for w, t in odd) + " (the window moves between the two renders)."))
+    c, w = data["concurrent"], data["concurrent"]["writer"]
+    rate = ", ".join(f"{v:g} {k}" for k, v in c["write_rate_per_s"].items())
+    concurrent = (f"While another process wrote to the store through the telemetry writer ({rate} rows/s; "
+                  f"{w['written']:,} rows in {w['batches']} transactions, {w['write_errors']} write errors, "
+                  f"{w['dropped']} dropped), the Live page rendered {c['renders']} times in {c['seconds']:g} s "
+                  f"(windows in turn): median {c['render_s']['median']:.2f} s, p95 {c['render_s']['p95']:.2f} s, "
+                  f"max {c['render_s']['max']:.2f} s, {len(c['page_errors'])} page errors.")
+    m = data["machine"]
+    machine = (f"{m['cpus']} cores, Python {m['python']}, SQLite {m['sqlite']}, Streamlit {m['streamlit']}, "
+               f"{m['platform']}; load average {m['load_before'][0]:.2f} before, {m['load_after_pages'][0]:.2f} "
+               "after the page renders (others may share the machine)")
+    command = (f".venv/bin/python -m benchmarks.dashboard_render --requests {st['requests']} --interval-rows "
+               f"{st['interval_rows']} --step-rows {st['step_rows']} --renders {data['renders']} --raw-renders "
+               f"{data['raw_renders']} --concurrent-s {c['seconds']:g} --out benchmarks/results/dashboard_render.json")
+    return "\n\n".join(["## Dashboard render times", what, table(header, rows), tiles + " " + concurrent,
+                        provenance(results_dir, ["dashboard_render.json"], dates, command, machine)])
+
+
 def not_reported_section(results_dir: Path) -> str:
     present = [n for n in NOT_REPORTED if (Path(results_dir) / n).exists()]
     if not present:
@@ -544,6 +588,7 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         serve_shift_section(results_dir, dates),
         server_overhead_section(results_dir, dates),
         refactor_section(results_dir, dates),
+        dashboard_section(results_dir, dates),
         not_reported_section(results_dir),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
