@@ -19,6 +19,7 @@ total tokens over its total seconds.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
@@ -286,8 +287,10 @@ def run_demo(decoder, drafters: list[str], requests_per_phase: int, max_new_toke
     console.print(f"A stream of {len(stream)} requests: {requests_per_phase} copy-heavy, {requests_per_phase} "
                   f"open-ended, {requests_per_phase} copy-heavy; each under {', '.join(CONFIGS)} in turn "
                   f"(greedy, {max_new_tokens} new tokens at most).")
+    started_s = time.perf_counter()
     with console.status("warming up (the first calls of each shape pay for kernel selection) ..."):
         warm_up(decoder, drafters, max_new_tokens)
+    warm_s = time.perf_counter() - started_s
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         task = progress.add_task("serving", total=len(stream))
@@ -301,7 +304,9 @@ def run_demo(decoder, drafters: list[str], requests_per_phase: int, max_new_toke
 
         runs = run_stream(decoder, stream, drafters, max_new_tokens, on_start=started, on_request=finished)
     summary = summarize(runs)
+    summary["warm_up_s"], summary["stream_s"] = warm_s, time.perf_counter() - started_s - warm_s
     console.print(summary_table(summary))
+    console.print(f"served in {summary['stream_s']:.0f} s after a {warm_s:.0f} s warm-up")
     equal = ", ".join(f"{name} {count}/{summary['requests']}" for name, count in summary["equal_to_plain"].items())
     verdict = "[green]yes[/green]" if summary["identical"] else "[red]NO[/red]"
     console.print(f"identical to plain decoding: {verdict} (token by token: {equal} requests)")
