@@ -83,11 +83,11 @@ def test_rounds_must_be_a_positive_integer():
 
 
 def test_results_md_renders_a_new_bench_file_s_intervals(result):
-    from benchmarks import make_results
+    from benchmarks import bench_sections
 
     data = json.loads(json.dumps(result))
-    assert make_results.per_round_of(data) is data["per_round"]
-    text = make_results.paired_table(data, data["per_round"])
+    assert bench_sections.per_round_of(data) is data["per_round"]
+    text = bench_sections.paired_table(data, data["per_round"])
     assert text.splitlines()[0] == "| config | all | copy | open |"
     assert [line.split(" |")[0] for line in text.splitlines()[2:]] == ["| `static:ngram:4`", "| `adaptive`"]
-    assert "| `adaptive` |" in make_results.bench_table(data)
+    assert "| `adaptive` |" in bench_sections.bench_table(data)

@@ -25,11 +25,12 @@ def _load_make_results():
 
 
 make_results = _load_make_results()
+from benchmarks import bench_sections, results_kit  # noqa: E402 (after the script is loaded as a file)
 COMMITTED = (REPO / "benchmarks" / "RESULTS.md").read_text()
 
 
 def test_results_md_is_rendered_from_the_json_files():
-    dates = make_results.dates_in(COMMITTED)
+    dates = results_kit.dates_in(COMMITTED)
     assert dates, "RESULTS.md names no result file with a date"
     assert make_results.render(make_results.RESULTS_DIR, dates) == COMMITTED
 
@@ -40,7 +41,7 @@ def test_readme_results_block_is_rendered_from_the_json_files():
 
 
 def test_every_reported_file_exists_and_every_file_is_reported_or_explained():
-    reported = set(make_results.dates_in(COMMITTED))
+    reported = set(results_kit.dates_in(COMMITTED))
     on_disk = {p.name for p in make_results.RESULTS_DIR.glob("*.json")}
     assert reported <= on_disk
     assert on_disk - reported <= set(make_results.NOT_REPORTED)
@@ -59,7 +60,7 @@ def test_a_changed_json_value_changes_the_rendered_figure(results_copy):
     data = json.loads(path.read_text())
     data["configs"]["adaptive"]["tokens_per_s"] = 99.25
     path.write_text(json.dumps(data))
-    dates = make_results.dates_in(COMMITTED)
+    dates = results_kit.dates_in(COMMITTED)
 
     rendered = make_results.render(results_copy, dates)
 
@@ -81,12 +82,12 @@ def test_a_changed_headline_value_changes_the_readme_block(results_copy):
 def test_outside_git_the_date_is_unknown_not_invented(results_copy):
     rendered = make_results.render(results_copy)
 
-    assert f"[`shift.json`](results/shift.json) ({make_results.UNKNOWN_DATE})" in rendered
+    assert f"[`shift.json`](results/shift.json) ({results_kit.UNKNOWN_DATE})" in rendered
 
 
 def test_a_file_that_records_no_machine_says_so():
-    assert make_results.machine_line({"tokens_per_s": {}}) == "not recorded"
-    assert make_results.machine_line({"python": "3.11.7"}) == "not recorded (Python 3.11.7)"
+    assert results_kit.machine_line({"tokens_per_s": {}}) == "not recorded"
+    assert results_kit.machine_line({"python": "3.11.7"}) == "not recorded (Python 3.11.7)"
 
 
 def test_readme_stays_a_short_users_document():
@@ -95,7 +96,7 @@ def test_readme_stays_a_short_users_document():
 
 
 def test_bench_files_with_rounds_show_paired_intervals_and_single_rounds_do_not(results_copy):
-    rendered = make_results.render(results_copy, make_results.dates_in(COMMITTED))
+    rendered = make_results.render(results_copy, results_kit.dates_in(COMMITTED))
     rounds_section = rendered.split("## Per workload, median of rounds")[1].split("\n## ")[0]
     single_section = rendered.split("## Per workload\n")[1].split("\n## ")[0]
     assert "noise floor: `plain` / `hf-plain`" in rounds_section and "95% CI" in rounds_section
@@ -106,12 +107,12 @@ def test_bench_files_with_rounds_show_paired_intervals_and_single_rounds_do_not(
 def test_a_file_with_every_round_s_figures_renders_them_without_the_old_file_caveat(results_copy):
     path = results_copy / "workloads_rounds3.json"
     data = json.loads(path.read_text())
-    data["per_round"] = make_results.per_round_of(data)  # the block bench now writes
+    data["per_round"] = bench_sections.per_round_of(data)  # the block bench now writes
     data["per_round"]["configs"]["adaptive"]["seconds"] = [[s / 10 for s in row]
                                                            for row in data["per_round"]["configs"]["adaptive"]["seconds"]]
     path.write_text(json.dumps(data))
 
-    rendered = make_results.render(results_copy, make_results.dates_in(COMMITTED))
+    rendered = make_results.render(results_copy, results_kit.dates_in(COMMITTED))
 
     section = rendered.split("## Per workload, median of rounds")[1].split("\n## ")[0]
     assert "predates the rotated order" not in section
@@ -122,11 +123,11 @@ def test_a_file_with_every_round_s_figures_renders_them_without_the_old_file_cav
 def test_the_corpus_test_run_renders_with_its_targets_once_its_file_exists(results_copy):
     assert "Public corpus" not in COMMITTED or (results_copy / "corpus_test.json").exists()
     data = json.loads((results_copy / "workloads_rounds3.json").read_text())
-    data["per_round"] = make_results.per_round_of(data)
+    data["per_round"] = bench_sections.per_round_of(data)
     data["split"] = "test"
     (results_copy / "corpus_test.json").write_text(json.dumps(data))
 
-    rendered = make_results.render(results_copy, make_results.dates_in(COMMITTED))
+    rendered = make_results.render(results_copy, results_kit.dates_in(COMMITTED))
 
     section = rendered.split("## Public corpus, test split")[1].split("\n## ")[0]
     assert "[`benchmarks/corpus/corpus.jsonl`](corpus/corpus.jsonl)" in section
