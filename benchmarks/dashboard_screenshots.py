@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--schedule", default="copy:90,open:90,copy:60",
                         help="loadgen's traffic-mix schedule; the Live page's default window is 15 min")
     parser.add_argument("--rate", type=float, default=0.12, help="requests per second (about half the capacity of chat traffic here)")
-    parser.add_argument("--endpoint", default="chat", help="chat: the prompts through the chat template, as users send them")
+    parser.add_argument("--endpoint", default="chat", choices=["chat", "completions"], help="chat: the prompts through the chat template, as users send them")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--traffic-key", default="chat", help="one key: one controller through the shift")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "dashboard" / "screenshots")
