@@ -86,7 +86,7 @@ def shoot(store: Path, out_dir: Path, profile: Path) -> Path:
         if state["exception"] or "acceptance rate" not in state["text"]:
             raise RuntimeError(f"the Live page did not render: {state['text'][:500]}")
         # the page alone: the navigation sidebar adds nothing to a picture of one page
-        browser.call("Runtime.evaluate", expression="document.querySelector('[data-testid=\\"stSidebar\\"]')?.remove()")
+        browser.call("Runtime.evaluate", expression="document.querySelector('[data-testid=stSidebar]')?.remove()")
         time.sleep(1)
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / "live.png"
