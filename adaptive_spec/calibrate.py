@@ -10,13 +10,17 @@ What is timed, each the median of ``repeats`` runs after a warm-up:
   conditional per-position acceptance ``P(position i accepted | 0..i-1 accepted)`` and the hit
   rate (steps on which the drafter proposed anything), from real greedy generations; for the
   n-gram drafter also per kind of match (order, ambiguous): its share of lookups and its own
-  profile, which the simulator uses to drive the adaptive policy's match gate.
+  profile, which the simulator uses to drive the adaptive policy's match gate. With
+  ``per_prompt``, every prompt is also a class of its own, named by its ``id``: requests of one
+  kind differ (an open-ended answer that loops drafts like a copy), and a trace that records which
+  prompt each request sent can be replayed with each request's own acceptance.
 
 The format is documented in ``simulator/PROFILE.md``.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import defaultdict
@@ -35,6 +39,7 @@ PREFILL_LENGTHS = (16, 32, 64, 128, 256, 512)
 VERIFY_TOKENS = (1, 2, 3, 5, 9, 17)  # k + 1 for k = 0, 1, 2, 4, 8, 16
 CONTEXT_LENGTHS = (64, 256, 512)
 ACCEPTANCE_K = 8  # long drafts, so every position up to 8 gets counted
+MIN_TESTED = 5  # drafts that reached a position before its acceptance is estimated from them
 
 
 def _median_time(fn: Callable[[], None], repeats: int) -> float:
@@ -107,8 +112,14 @@ def time_drafters(decoder: SpeculativeDecoder, context_ids: list[int], repeats: 
     return out
 
 
-def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_new_tokens: int) -> dict:
-    """Per class and drafter: conditional per-position acceptance and hit rate."""
+def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_new_tokens: int,
+                       per_prompt: bool = False) -> dict:
+    """Per class and drafter: conditional per-position acceptance and hit rate; the classes are the
+    prompts' kinds, and with ``per_prompt`` also their ids."""
+    if per_prompt:
+        clash = sorted({p.id for p in prompts} & {p.kind for p in prompts})
+        if clash:
+            raise ValueError(f"per_prompt: prompt id {clash[0]!r} is also a kind; the classes would mix")
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
     counts: dict = defaultdict(lambda: {"tested": [0] * ACCEPTANCE_K, "accepted": [0] * ACCEPTANCE_K, "steps": 0, "hits": 0})
     # n-gram drafts, split by the kind of match (order, ambiguous) the engine's match gate sees
@@ -118,19 +129,22 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
             if name == "none":
                 continue
             result = decoder.generate(prompt.prompt, cfg, policy=StaticPolicy(name, ACCEPTANCE_K))
-            c = counts[(prompt.kind, name)]
+            classes = (prompt.kind, prompt.id) if per_prompt else (prompt.kind,)
             for step in result.steps:
                 if step.k < ACCEPTANCE_K:
                     continue  # capped by the end of the budget: positions beyond were never asked
-                c["steps"] += 1
-                if step.proposed == 0:
-                    continue
-                c["hits"] += 1
-                counters = [c]
-                if step.match_order is not None:
-                    kind = kinds[(prompt.kind, name, step.match_order, step.match_ambiguous)]
-                    kind["hits"] += 1
-                    counters.append(kind)
+                counters = []
+                for cls in classes:
+                    c = counts[(cls, name)]
+                    c["steps"] += 1
+                    if step.proposed == 0:
+                        continue
+                    c["hits"] += 1
+                    counters.append(c)
+                    if step.match_order is not None:
+                        kind = kinds[(cls, name, step.match_order, step.match_ambiguous)]
+                        kind["hits"] += 1
+                        counters.append(kind)
                 # positions 0..num_accepted were tested (the first rejection included). A draft
                 # shorter than asked (the match's continuation ran out) counts as a rejection at
                 # its end, as in the policy: what matters is what asking for k tokens yields, and
@@ -139,34 +153,51 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
                     for i in range(min(step.num_accepted + 1, step.k)):
                         counter["tested"][i] += 1
                         counter["accepted"][i] += i < step.num_accepted
+    parent = {p.id: p.kind for p in prompts} if per_prompt else {}
     out: dict = defaultdict(dict)
-    for (kind, name), c in counts.items():
-        per_position = _per_position(c) or [0.0]
+    # kinds first: a prompt's own class borrows its kind's estimates where it has too few drafts
+    for (cls, name), c in sorted(counts.items(), key=lambda item: item[0][0] in parent):
+        base = out.get(parent.get(cls), {}).get(name, {})  # {} for a kind
+        per_position = _per_position(c, base.get("per_position", [])) or [0.0]
         entry = {"per_position": per_position}
         if c["steps"]:
             entry["hit_rate"] = round(c["hits"] / c["steps"], 4)
+        base_matches = {(m["order"], m["ambiguous"]): m["per_position"] for m in base.get("matches", [])}
         matches = [
-            {"order": order, "ambiguous": ambiguous, "share": round(m["hits"] / c["steps"], 4),
-             "per_position": _per_position(m) or per_position}  # too few drafts of a kind: the class's profile
-            for (k, n, order, ambiguous), m in sorted(kinds.items()) if (k, n) == (kind, name) and c["steps"]
+            # too few drafts of a kind of match: the kind's estimate for it, else the class's profile
+            {"order": order, "ambiguous": ambiguous, "share": _share(m["hits"], c["steps"]),
+             "per_position": _per_position(m, base_matches.get((order, ambiguous), [])) or per_position}
+            for (k, n, order, ambiguous), m in sorted(kinds.items()) if (k, n) == (cls, name) and c["steps"]
         ]
         if matches:
             entry["matches"] = matches
-        out[kind][name] = entry
+        out[cls][name] = entry
     return dict(out)
 
 
-def _per_position(c: dict) -> list[float]:
+def _share(hits: int, steps: int) -> float:
+    """``hits / steps`` rounded down to 4 decimals: rounded to nearest, a class's shares could add up
+    to more than 1, which the profile loader refuses.
+
+    >>> _share(1, 3), _share(2, 3)
+    (0.3333, 0.6666)
+    """
+    return math.floor(hits / steps * 10_000) / 10_000
+
+
+def _per_position(c: dict, fallback: list[float] = ()) -> list[float]:
+    """Conditional acceptance per position while a position was tested often enough; from the first
+    that was not, ``fallback``'s values (or nothing: the simulator repeats the last estimate)."""
     per_position = []
     for tested, accepted in zip(c["tested"], c["accepted"]):
-        if tested < 5:  # too few to estimate: the simulator repeats the last estimate
+        if tested < MIN_TESTED:
             break
         per_position.append(round(accepted / tested, 4))
-    return per_position
+    return per_position + list(fallback[len(per_position):])
 
 
 def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int = 5, max_new_tokens: int = 64,
-              progress: Callable[[str], None] | None = None) -> dict:
+              progress: Callable[[str], None] | None = None, per_prompt: bool = False) -> dict:
     say = progress or (lambda _: None)
     say("prefill")
     prefill = time_prefill(decoder, repeats)
@@ -176,7 +207,7 @@ def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int =
     context = decoder.encode_prompt(prompts[0].prompt)
     draft = time_drafters(decoder, context, repeats)
     say("acceptance")
-    acceptance = measure_acceptance(decoder, prompts, max_new_tokens)
+    acceptance = measure_acceptance(decoder, prompts, max_new_tokens, per_prompt)
     decoder.target.reset()
     return {
         "format": "adaptive-spec-profile/1",

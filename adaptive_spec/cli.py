@@ -272,6 +272,8 @@ def calibrate(
     out: Path = typer.Option(Path("simulator/profiles/smollm2_cpu.json"), "--out", help="Profile JSON to write (simulator/PROFILE.md)."),
     repeats: int = typer.Option(5, help="Timed repeats per sample (the median is kept)."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens per generation when measuring acceptance."),
+    per_prompt: bool = typer.Option(False, "--per-prompt", help="Also one acceptance class per prompt, named by its id "
+                                    "(to replay a trace that records each request's prompt)."),
     device: str = typer.Option("auto"),
     dtype: str = typer.Option("float32"),
 ) -> None:
@@ -282,13 +284,21 @@ def calibrate(
     check_positive_int("repeats", repeats)
     check_positive_int("max_new_tokens", max_new_tokens)
     rows = read_prompts(prompts)
+    if per_prompt:
+        clash = sorted({r.id for r in rows} & {r.kind for r in rows})
+        if clash:
+            raise InvalidParameterError("per_prompt", True, f"prompt id {clash[0]!r} in {prompts} is also a kind "
+                                        "(the classes would mix)")
     check_writable(out, "out")
     torch_device, torch_dtype, names = _runtime_and_drafters(device, dtype, drafters, "drafters")
     decoder = _load_decoder(model, names, torch_device, torch_dtype, None)
     with err.status("calibrating ...") as status:
-        profile = run_calibration(decoder, rows, repeats, max_new_tokens, progress=lambda m: status.update(f"calibrating: {m}"))
+        profile = run_calibration(decoder, rows, repeats, max_new_tokens, progress=lambda m: status.update(f"calibrating: {m}"),
+                                  per_prompt=per_prompt)
     plain = next(v["seconds"] for v in profile["verify"] if v["tokens"] == 1)
-    err.print(f"plain step {plain * 1000:.1f} ms; acceptance classes: {', '.join(profile['acceptance'])}", soft_wrap=True)
+    classes = list(profile["acceptance"])
+    shown = ", ".join(classes) if len(classes) <= 12 else f"{', '.join(classes[:12])}, ... ({len(classes)} in all)"
+    err.print(f"plain step {plain * 1000:.1f} ms; acceptance classes: {shown}", soft_wrap=True)
     write_json_atomic(out, profile, "out")
     err.print(f"wrote {out}", soft_wrap=True)
 

@@ -209,25 +209,33 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
     if not (Path(results_dir) / "serve_shift.json").exists():
         return ""
     data = load(results_dir, "serve_shift.json")
+    per_prompt = bool(data.get("per_prompt"))
+    suffixes = ("", "_per_prompt") if per_prompt else ("",)
     rows = []
     for run in data["runs"]:
-        err = run["simulator_error"]
-        rows.append([f"`{run['config']}`", f"{run['rate']:g}", str(run["round"] + 1), f"{run['completed']}/{run['requests']}",
-                     f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
-                     "-" if run["goodput_rps"] is None else f"{run['goodput_rps']:.3f}",
-                     f"{run['simulated_e2e_s']['p50']:.2f} ({err['p50']:+.0%})",
-                     f"{run['simulated_e2e_s']['p95']:.2f} ({err['p95']:+.0%})"])
+        cells = [f"`{run['config']}`", f"{run['rate']:g}", str(run["round"] + 1), f"{run['completed']}/{run['requests']}",
+                 f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
+                 "-" if run["goodput_rps"] is None else f"{run['goodput_rps']:.3f}"]
+        for suffix in suffixes:
+            sim, err = run["simulated_e2e_s" + suffix], run["simulator_error" + suffix]
+            cells += [f"{sim[q]:.2f} ({err[q]:+.0%})" for q in ("p50", "p95")]
+        rows.append(cells)
     phases = " → ".join(data["phases"].split(","))
     what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve`: [`{Path(data['prompts']).name}`]"
             f"({Path(data['prompts']).name}) prompts, {phases} ({data['phase_s']:g} s each), Poisson arrivals, "
             f"{data['max_tokens']} new tokens, greedy; every config replays the same seeded arrivals. Goodput: "
             f"requests per second meeting `{data['goodput_slos']}` (ms). The simulator replays each run's "
-            f"completed requests with [`{Path(data['profile']).name}`](../{data['profile']}) and the same policy.")
-    header = ["config", "req/s offered", "round", "completed", "E2EL p50 s", "E2EL p95 s", "goodput req/s",
-              "simulated p50 s (error)", "simulated p95 s (error)"]
+            f"completed requests with [`{Path(data['profile']).name}`](../{data['profile']}) and the same policy"
+            + (", calibrated right before serving" if data.get("calibrated_first") else "")
+            + (": *by kind* takes each request's class to be its prompt's kind (copy, open), *by prompt* its prompt, "
+               "whose acceptance `calibrate --per-prompt` measured offline." if per_prompt else "."))
+    header = ["config", "req/s offered", "round", "completed", "E2EL p50 s", "E2EL p95 s", "goodput req/s"]
+    for label in ((" by kind", " by prompt") if per_prompt else ("",)):
+        header += [f"simulated{label} p50 s (error)", f"simulated{label} p95 s (error)"]
     also = "".join(f" --also-rate {r['rate']:g}" for r in data["runs"] if r["rate"] != data["rate"])
+    flags = (" --calibrate" if data.get("calibrated_first") else "") + (" --per-prompt" if per_prompt else "")
     command = (f".venv/bin/python -m benchmarks.serve_shift --rate {data['rate']:g} --phase-s {data['phase_s']:g} "
-               f"--rounds {data['rounds']}{also} --profile {data['profile']} --out benchmarks/results/serve_shift.json")
+               f"--rounds {data['rounds']}{also}{flags} --profile {data['profile']} --out benchmarks/results/serve_shift.json")
     if data.get("caveat"):
         what += f" **Caveat:** {data['caveat']}"
     return "\n\n".join(["## Served traffic through a shift", what, table(header, rows),

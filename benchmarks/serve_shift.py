@@ -10,6 +10,14 @@ replayed by the simulator (``benchmarks.sim_validation.simulate_trace``: the cal
 the same policy) and its p50/p95 end-to-end latency compared with the measured ones; ``--also-rate``
 adds ``adaptive`` runs at other offered loads for that comparison.
 
+Two predictions per run: with each request's class its prompt's kind (what a capacity planner
+knows of future traffic), and with ``--per-prompt`` also with each request's class its prompt
+(loadgen records which prompt each request sent; ``calibrate --per-prompt`` measured every prompt's
+acceptance offline). Requests of one kind differ (an open-ended answer that loops drafts like a
+copy), so the second says how much of the first's error is the kind's average. ``--calibrate``
+measures the profile (``calibrate --per-prompt`` on the same prompts) right before serving, so the
+step costs it times are the machine's of the moment.
+
     python -m benchmarks.serve_shift --rate 0.15 --phase-s 100 --out benchmarks/results/serve_shift.json
 """
 
@@ -75,16 +83,33 @@ def loadgen(url: str, args: argparse.Namespace, config: str, rate: float, seed: 
     return json.loads(out.read_text())
 
 
-TRACE_FIELDS = ("arrival_s", "class", "prompt_tokens", "output_tokens", "ok", "status", "ttft_ms", "e2el_ms")
+TRACE_FIELDS = ("arrival_s", "id", "class", "prompt_tokens", "output_tokens", "ok", "status", "ttft_ms", "e2el_ms")
 
 
-def predict(run: dict, profile: str) -> dict:
-    """The simulator's p50/p95 end-to-end latency for the run's completed requests, and its error."""
+def predict(run: dict, profile: str, per_prompt: bool = False) -> dict:
+    """The simulator's p50/p95 end-to-end latency for the run's completed requests, and its error;
+    with ``per_prompt`` also with every request's prompt as its class (``*_per_prompt``)."""
     rows = [r for r in run["trace"] if r["ok"]]
-    predicted = simulate_trace(rows, profile, CONFIGS[run["config"]][1], run["round"])["e2e_s"]
-    measured = run["e2el_s"]
-    return {"simulated_e2e_s": predicted,
-            "simulator_error": {q: (predicted[q] - measured[q]) / measured[q] for q in ("p50", "p95")}}
+    out = {}
+    for suffix, by_prompt in (("", False), ("_per_prompt", True)):
+        if by_prompt and not per_prompt:
+            continue
+        if by_prompt and any("id" not in r for r in rows):
+            raise SystemExit("per_prompt: this run's trace does not record each request's prompt id")
+        replay = [{**r, "class": r["id"]} for r in rows] if by_prompt else rows
+        predicted = simulate_trace(replay, profile, CONFIGS[run["config"]][1], run["round"])["e2e_s"]
+        measured = run["e2el_s"]
+        out["simulated_e2e_s" + suffix] = predicted
+        out["simulator_error" + suffix] = {q: (predicted[q] - measured[q]) / measured[q] for q in ("p50", "p95")}
+    return out
+
+
+def calibrate(args: argparse.Namespace) -> None:
+    """``adaptive-spec calibrate --per-prompt`` on the run's prompts, written to ``--profile``."""
+    print(f"calibrating {args.profile} on {args.prompts} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "adaptive_spec.cli", "calibrate", "--prompts", str(args.prompts),
+                    "--per-prompt", "--max-new-tokens", str(args.max_tokens), "--out", str(args.profile)],
+                   check=True, cwd=ROOT)
 
 
 def summarize(report: dict) -> dict:
@@ -116,6 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--goodput", default="ttft:2000 e2el:10000")
     parser.add_argument("--profile", default=str(ROOT / "simulator" / "profiles" / "smollm2_cpu.json"))
     parser.add_argument("--out", type=output_path, required=True)
+    parser.add_argument("--per-prompt", action="store_true", help="also predict with each request's prompt as its "
+                        "class (the profile needs `calibrate --per-prompt` classes)")
+    parser.add_argument("--calibrate", action="store_true", help="first calibrate --profile (per prompt) on --prompts")
     parser.add_argument("--resimulate", type=Path, help="only redo the simulator's predictions of this result file "
                         "with --profile (e.g. one calibrated on the machine that served), writing --out")
     args = parser.parse_args(argv)
@@ -129,12 +157,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.resimulate is not None:
         result = json.loads(args.resimulate.read_text())
         for run in result["runs"]:
-            run.update(predict(run, args.profile))
+            run.update(predict(run, args.profile, args.per_prompt))
         result["profile"] = os.path.relpath(args.profile, ROOT)
+        result["per_prompt"] = args.per_prompt
         write_json_atomic(args.out, result, "out")
         print(f"wrote {args.out}")
         return
     configs = args.configs.split(",")
+    if args.calibrate:
+        calibrate(args)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = start_server(port)
@@ -148,12 +179,14 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"round {r + 1}/{args.rounds}: {config} at {rate:g} req/s", flush=True)
                     report = loadgen(url, args, config, rate, r, Path(tmp) / f"{config}-{rate}-{r}.json")
                     run = {"round": r, "config": config, "rate": rate, **summarize(report)}
-                    run.update(predict(run, args.profile))
+                    run.update(predict(run, args.profile, args.per_prompt))
                     runs.append(run)
                     print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "
-                          f"{run['goodput_rps']} req/s; simulated p50 {run['simulated_e2e_s']['p50']:.2f} s "
-                          f"({run['simulator_error']['p50']:+.1%}), p95 {run['simulated_e2e_s']['p95']:.2f} s "
-                          f"({run['simulator_error']['p95']:+.1%})", flush=True)
+                          f"{run['goodput_rps']} req/s", flush=True)
+                    for suffix in ("", "_per_prompt") if args.per_prompt else ("",):
+                        sim, err = run["simulated_e2e_s" + suffix], run["simulator_error" + suffix]
+                        print(f"  simulated{suffix.replace('_', ' ')}: p50 {sim['p50']:.2f} s ({err['p50']:+.1%}), "
+                              f"p95 {sim['p95']:.2f} s ({err['p95']:+.1%})", flush=True)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -162,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
             server.kill()
     result = {"prompts": os.path.relpath(args.prompts, ROOT), "phases": args.phases, "phase_s": args.phase_s,
               "rate": args.rate, "max_tokens": args.max_tokens, "goodput_slos": args.goodput,
-              "profile": os.path.relpath(args.profile, ROOT), "rounds": args.rounds,
+              "profile": os.path.relpath(args.profile, ROOT), "calibrated_first": args.calibrate,
+              "per_prompt": args.per_prompt, "rounds": args.rounds,
               "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                           "transformers": version("transformers"), "platform": platform.platform()},
               "runs": runs}
