@@ -108,31 +108,32 @@ class ControllerUse:
     """What a controller did during one request, read off its steps."""
 
     steps: int
-    speculative_steps: int  # steps with k > 0 (probes while speculation is off included)
-    by_drafter: dict[str, tuple[int, int, int]]  # drafter -> (smallest k, largest k, steps)
+    speculative_steps: int  # steps that verified a draft (probes while speculation is off included)
+    by_drafter: dict[str, tuple[int, int, int]]  # drafter -> (shortest draft, longest draft, steps)
 
     def describe(self) -> str:
-        """One line: ``ngram k 3-8 ×12, int8 k 2 ×1 · speculation on 13/40 steps``."""
+        """One line: ``ngram k 3-8 ×12, int8 k 2 ×1 · drafts verified on 13/40 steps``."""
         if not self.speculative_steps:
-            return f"speculation off ({self.steps} plain steps)"
+            return f"no drafts verified ({self.steps} plain steps)"
         parts = []
         for drafter, (low, high, count) in self.by_drafter.items():
             parts.append(f"{drafter} k {low if low == high else f'{low}-{high}'} ×{count}")
-        return f"{', '.join(parts)} · speculation on {self.speculative_steps}/{self.steps} steps"
+        return f"{', '.join(parts)} · drafts verified on {self.speculative_steps}/{self.steps} steps"
 
 
 def controller_use(steps: list[StepOutcome]) -> ControllerUse:
-    """The drafters and draft lengths of ``steps`` (``k`` as the step ran, after the match gate or the
-    token budget cut the controller's choice), most used drafter first.
+    """The drafters and draft lengths of ``steps``, most used drafter first. A length is what was
+    verified (``proposed``: after the match gate, the token budget or the end of a prompt-lookup
+    match cut the controller's ``k``); a lookup that found nothing was a plain step.
 
-    >>> s = lambda d, k: StepOutcome(d, k, k, 0, 1, 0.0, 0.0)
-    >>> controller_use([s("ngram", 8), s("ngram", 3), s("none", 0), s("int8", 2), s("ngram", 5)]).describe()
-    'ngram k 3-8 ×3, int8 k 2 ×1 · speculation on 4/5 steps'
+    >>> s = lambda d, k, proposed: StepOutcome(d, k, proposed, 0, 1, 0.0, 0.0)
+    >>> controller_use([s("ngram", 8, 8), s("ngram", 8, 3), s("none", 0, 0), s("int8", 2, 2), s("ngram", 16, 0)]).describe()
+    'ngram k 3-8 ×2, int8 k 2 ×1 · drafts verified on 3/5 steps'
     """
     ks: dict[str, list[int]] = {}
     for step in steps:
-        if step.k > 0 and step.drafter != PLAIN:
-            ks.setdefault(step.drafter, []).append(step.k)
+        if step.proposed > 0 and step.drafter != PLAIN:
+            ks.setdefault(step.drafter, []).append(step.proposed)
     ordered = sorted(ks.items(), key=lambda item: -len(item[1]))
     return ControllerUse(len(steps), sum(len(k) for _, k in ordered),
                          {d: (min(k), max(k), len(k)) for d, k in ordered})
@@ -242,7 +243,7 @@ def describe_request(run: RequestRun) -> str:
 
 def summary_table(summary: dict):
     """Speed-up against plain per phase and overall (in brackets: the lowest and highest of the
-    phase's requests), plain decoding's tokens/s, and the share of steps ``adaptive`` speculated in."""
+    phase's requests), plain decoding's tokens/s, and the share of steps ``adaptive`` verified a draft in."""
     from rich import box
     from rich.table import Table
 
@@ -253,7 +254,7 @@ def summary_table(summary: dict):
     for name in SPECULATIVE:
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("plain\ntok/s", justify="right")
-    table.add_column("adaptive\nspec. on", justify="right")
+    table.add_column("adaptive\ndrafting", justify="right")
     for row in summary["rows"]:
         cells = []
         for name in SPECULATIVE:

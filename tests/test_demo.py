@@ -61,11 +61,12 @@ def test_the_stream_shifts_copy_open_copy_and_each_config_goes_first_in_turn():
 
 
 def test_controller_use_reports_drafters_draft_lengths_and_plain_steps():
-    step = lambda drafter, k: StepOutcome(drafter, k, k, 0, 1, 0.0, 0.0)  # noqa: E731
+    step = lambda drafter, k, proposed=None: StepOutcome(drafter, k, k if proposed is None else proposed, 0, 1, 0.0, 0.0)  # noqa: E731
     off = demo.controller_use([step("none", 0)] * 4)
-    assert off.speculative_steps == 0 and off.describe() == "speculation off (4 plain steps)"
-    use = demo.controller_use([step("ngram", 4), step("none", 0), step("ngram", 8)])
-    assert use.by_drafter == {"ngram": (4, 8, 2)} and (use.speculative_steps, use.steps) == (2, 3)
+    assert off.speculative_steps == 0 and off.describe() == "no drafts verified (4 plain steps)"
+    use = demo.controller_use([step("ngram", 4), step("none", 0), step("ngram", 8), step("ngram", 16, 0)])
+    # a lookup that found nothing (asked for 16, proposed 0) decoded plainly
+    assert use.by_drafter == {"ngram": (4, 8, 2)} and (use.speculative_steps, use.steps) == (2, 4)
 
 
 def _run(index, phase, kind, adaptive_tokens, seconds):
