@@ -25,6 +25,14 @@ with more work. Features constant across the samples are dropped (their weight w
 unidentifiable); if every sample has batch 1, the batch features are dropped and predicting a
 batch > 1 raises - measure batched forwards before planning continuous batching.
 
+Batch 1 at a measured width. The linear form cannot follow a CPU whose small matrix-matrix
+kernels are slow: on this project's machine a 2- or 3-token forward has measured dearer than a
+5- to 17-token one, and a least-squares line through all widths then misprices exactly the short
+drafts a controller weighs against plain steps (and plain steps themselves). So for batch 1 the
+widths the profile measured are priced from their own samples: each width's base (its samples'
+own line in context), linearly interpolated between measured widths and continued beyond them by
+the fitted line's slope in tokens.
+
 Prefill: ``prefill_s = v0 + v1 prompt_tokens + v2 prompt_tokens**2`` (attention is quadratic).
 Drafting: ``per_call_s + per_token_s * k`` per call, from the profile's ``draft`` section.
 """
@@ -130,11 +138,13 @@ class FittedCostModel:
     prefill: tuple[float, float, float]
     draft: dict[str, DraftCost] = field(default_factory=dict)
 
+    measured: tuple[VerifySample, ...] = ()  # batch-1 samples priced width by width (module docstring)
+
     def __post_init__(self) -> None:
         w = self.verify.weights
         # batch-1 fast path: the cost of a t-token forward, minus its context term, precomputed
-        self._ctx1 = w["context_len"] + w["batch_context"]
-        self._base1 = [0.0] + [self._batch_cost(t, 0, 1, t, 0) for t in range(1, 257)]
+        line = [0.0] + [self._batch_cost(t, 0, 1, t, 0) for t in range(1, 257)]
+        self._base1, self._ctx1 = _measured_widths(line, self.measured, w["context_len"] + w["batch_context"])
 
     def _batch_cost(self, tokens: int, context_len: float, batch: int, batch_tokens: int,
                     batch_context: float) -> float:
@@ -154,7 +164,7 @@ class FittedCostModel:
         to ``batch * tokens`` / ``batch * context_len``.
         """
         if batch == 1 and tokens < len(self._base1):
-            return self._base1[tokens] + self._ctx1 * context_len
+            return self._base1[tokens] + self._ctx1[tokens] * context_len
         if batch > 1 and not self.verify.batch_fitted:
             raise ValueError(
                 f"batch={batch}: the profile's verify samples all have batch 1, so the cost of a batched "
@@ -189,6 +199,56 @@ class FittedCostModel:
         }
 
 
+def _measured_widths(line: list[float], samples: tuple[VerifySample, ...],
+                     ctx_slope: float) -> tuple[list[float], list[float]]:
+    """Batch-1 ``(base, context slope)`` per width (index = tokens): each measured width's own
+    least-squares line in context (the fitted ``ctx_slope`` where it was measured at one context),
+    interpolated between measured widths, and beyond them the fitted ``line``'s slope in tokens with
+    the nearest measured width's context slope (module docstring).
+
+    >>> from simulator.profile import VerifySample as V
+    >>> line = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]      # the fit: 1 s per token
+    >>> base, slope = _measured_widths(line, (V(1, 0, 1.0), V(1, 10, 2.0), V(3, 0, 4.0)), 0.5)
+    >>> base, [round(c, 6) for c in slope]
+    ([0.0, 1.0, 2.5, 4.0, 5.0, 6.0], [0.5, 0.1, 0.3, 0.5, 0.5, 0.5])
+    """
+    by_width: dict[int, list[VerifySample]] = {}
+    for s in samples:
+        if s.batch == 1 and s.tokens < len(line):
+            by_width.setdefault(s.tokens, []).append(s)
+    if not by_width:
+        return line, [ctx_slope] * len(line)
+    own = {t: _context_line(group, ctx_slope) for t, group in by_width.items()}
+    widths = sorted(own)
+    base, slope = [0.0], [ctx_slope]
+    for t in range(1, len(line)):
+        if t in own:
+            b, c = own[t]
+        elif t < widths[0]:
+            b, c = max(own[widths[0]][0] - (line[widths[0]] - line[t]), 0.0), own[widths[0]][1]
+        elif t > widths[-1]:
+            b, c = own[widths[-1]][0] + (line[t] - line[widths[-1]]), own[widths[-1]][1]
+        else:
+            lo = max(w for w in widths if w < t)
+            hi = min(w for w in widths if w > t)
+            f = (t - lo) / (hi - lo)
+            b, c = (own[lo][0] + (own[hi][0] - own[lo][0]) * f, own[lo][1] + (own[hi][1] - own[lo][1]) * f)
+        base.append(b)
+        slope.append(c)
+    return base, slope
+
+
+def _context_line(samples: list[VerifySample], fallback_slope: float) -> tuple[float, float]:
+    """``(seconds at context 0, seconds per context token)`` of one width's samples, both >= 0."""
+    xs = [s.context_len for s in samples]
+    ys = [s.seconds for s in samples]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    slope = max(sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sxx, 0.0) if sxx > 0 else fallback_slope
+    return max(mean_y - slope * mean_x, 0.0), slope
+
+
 def fit_cost_model(profile: Profile) -> FittedCostModel:
     """Fit every part of the cost model on a profile."""
-    return FittedCostModel(fit_verify(profile.verify), fit_prefill(profile.prefill), dict(profile.draft))
+    return FittedCostModel(fit_verify(profile.verify), fit_prefill(profile.prefill), dict(profile.draft),
+                           tuple(profile.verify))

@@ -3,7 +3,7 @@
 import pytest
 
 from simulator import fit_cost_model, profile_from_dict, scenario_from_dict, simulate
-from simulator.cost_model import fit_prefill, fit_verify
+from simulator.cost_model import FittedCostModel, fit_prefill, fit_verify
 from simulator.profile import PrefillSample, VerifySample
 from simulator_testkit import cpu_like_profile, gpu_like_profile, scenario_dict
 
@@ -21,6 +21,24 @@ def test_fit_captures_the_cpu_jump_from_one_to_several_tokens():
     one, five = model.verify_s(1, 256), model.verify_s(5, 256)
     assert one == pytest.approx(0.035 + 2e-6 * 256, rel=0.05)
     assert five / one == pytest.approx(2.0, rel=0.1)
+
+
+def test_batch_one_widths_the_profile_measured_cost_what_they_measured():
+    """A machine whose 2- and 3-token forwards are slow (small matrix-matrix kernels, as on this
+    project's CPU): the line through all widths would price them like the 5- and 9-token ones, and
+    the plain step below its measurement; the measured widths keep their own costs."""
+    slow = {1: 0.057, 2: 0.091, 3: 0.115, 5: 0.076, 9: 0.087, 17: 0.098}
+    per_context = {1: 1e-5, 2: 2e-5, 3: 2e-5, 5: 4e-5, 9: 6e-5, 17: 8e-5}  # wider forwards read the cache more
+    samples = [VerifySample(t, c, s + per_context[t] * c) for t, s in slow.items() for c in (64, 512)]
+    model = fit_cost_model(profile_from_dict({**cpu_like_profile(), "verify": [vars(x) for x in samples]}))
+    for t, s in slow.items():
+        for c in (64, 300, 512):
+            assert model.verify_s(t, c) == pytest.approx(s + per_context[t] * c, rel=1e-9), (t, c)
+    # between measured widths: linear; beyond the widest: the fitted line's slope, from the last measurement
+    assert model.verify_s(4, 64) == pytest.approx((model.verify_s(3, 64) + model.verify_s(5, 64)) / 2, rel=1e-9)
+    line = FittedCostModel(model.verify, model.prefill)  # the fit alone, no measured widths
+    assert model.verify_s(20, 64) - model.verify_s(17, 64) == pytest.approx(
+        line.verify_s(20, 64) - line.verify_s(17, 64), abs=1e-12)
 
 
 def test_prefill_fit_is_linear_and_nonnegative():
