@@ -101,10 +101,17 @@ def validation_section(results_dir: Path, names: list[str], dates: dict | None) 
             f"of `benchmarks/workloads.jsonl`, up to {budget} tokens each) served by the real engine in wall-clock "
             f"time, then the served trace replayed in the simulator on the profile "
             f"[`{first['profile']}`](../{first['profile']}); measured against predicted.")
+    redone = [r["resimulated"]["date"] for r in runs if r.get("resimulated")]
+    if redone:
+        what += (f" The predictions were redone on {max(redone)} by the simulator of that day on the same served "
+                 "traces (`python -m benchmarks.sim_validation --resimulate`); the measurements are the original run's.")
     command = "\n".join(
         f".venv/bin/adaptive-spec validate-sim --policy {r['policy']} --rate {r['rate']} --requests {r['requests']} "
         f"--seed {r['seed']} --output-tokens {budget} \\\n  --profile {r['profile']} --out benchmarks/results/{n}"
         for r, n in zip(runs, names))
+    if redone:
+        command += "".join(f"\n.venv/bin/python -m benchmarks.sim_validation --resimulate benchmarks/results/{n} "
+                           f"--out benchmarks/results/{n}" for r, n in zip(runs, names) if r.get("resimulated"))
     return "\n\n".join(["## Simulator against the real engine", what, table(header, rows),
                         provenance(results_dir, names, dates, command, "not recorded")])
 

@@ -134,3 +134,38 @@ def compare(measured: dict, predicted: dict) -> list[dict]:
         m, p = get(measured), get(predicted)
         rows.append({"metric": name, "measured": m, "predicted": p, "error": (p - m) / m if m else None})
     return rows
+
+
+def resimulate(result: dict, profile: str | None = None) -> dict:
+    """``result`` (a ``validate-sim`` file) with its predictions redone by the current simulator on the
+    same served trace: the measurements stay, ``predicted`` and ``comparison`` are replaced, and
+    ``resimulated`` records when and with which profile."""
+    from datetime import date
+
+    profile = profile or result["profile"]
+    predicted = simulate_trace(result["served"], profile, result["policy"], result["seed"])
+    return {**result, "profile": str(profile), "predicted": predicted,
+            "comparison": compare(result["measured"], predicted),
+            "resimulated": {"date": date.today().isoformat(), "profile": str(profile)}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import json
+
+    from adaptive_spec.outputs import output_path, write_json_atomic
+
+    parser = argparse.ArgumentParser(description="Redo a validate-sim file's predictions with the current simulator.")
+    parser.add_argument("--resimulate", type=Path, required=True, help="a result file of `adaptive-spec validate-sim`")
+    parser.add_argument("--profile", help="another profile (default: the file's own)")
+    parser.add_argument("--out", type=output_path, required=True)
+    args = parser.parse_args(argv)
+    result = resimulate(json.loads(args.resimulate.read_text()), args.profile)
+    write_json_atomic(args.out, result, "out")
+    for row in result["comparison"]:
+        print(f"{row['metric']:<20} measured {row['measured']:.3f} predicted {row['predicted']:.3f} ({row['error']:+.1%})")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
