@@ -239,7 +239,7 @@ def bench(
 @app.command()
 def demo(
     model: str = typer.Option("smollm2", help="Model to demo on."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens per request at most."),
+    max_new_tokens: int = typer.Option(40, "--max-new-tokens", help="Tokens per request at most (40: about one copied paragraph)."),
     requests_per_phase: int = typer.Option(2, "--requests-per-phase", help="Requests in each of the three phases "
                                            "(copy-heavy, open-ended, copy-heavy)."),
     telemetry: str = typer.Option("sqlite", help=TELEMETRY_HELP),
