@@ -229,7 +229,9 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
         rows.append(cells)
     phases = " → ".join(data["phases"].split(","))
     what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve`: [`{Path(data['prompts']).name}`]"
-            f"({Path(data['prompts']).name}) prompts, {phases} ({data['phase_s']:g} s each), Poisson arrivals, "
+            f"({Path(data['prompts']).name}) prompts"
+            + (f" on `/v1/{'chat/completions' if data['endpoint'] == 'chat' else 'completions'}`" if data.get("endpoint") else "")
+            + f", {phases} ({data['phase_s']:g} s each), Poisson arrivals, "
             f"{data['max_tokens']} new tokens, greedy; every config replays the same seeded arrivals. Goodput: "
             f"requests per second meeting `{data['goodput_slos']}` (ms). The simulator replays each run's "
             f"completed requests with [`{Path(data['profile']).name}`](../{data['profile']}) and the same policy"
@@ -241,6 +243,7 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
         header += [f"simulated{label} p50 s (error)", f"simulated{label} p95 s (error)"]
     also = "".join(f" --also-rate {r['rate']:g}" for r in data["runs"] if r["rate"] != data["rate"])
     flags = (" --calibrate" if data.get("calibrated_first") else "") + (" --per-prompt" if per_prompt else "")
+    flags += f" --endpoint {data['endpoint']}" if data.get("endpoint") else ""
     command = (f".venv/bin/python -m benchmarks.serve_shift --rate {data['rate']:g} --phase-s {data['phase_s']:g} "
                f"--rounds {data['rounds']}{also}{flags} --profile {data['profile']} --out benchmarks/results/serve_shift.json")
     if data.get("caveat"):

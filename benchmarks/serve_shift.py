@@ -78,6 +78,7 @@ def loadgen(url: str, args: argparse.Namespace, config: str, rate: float, seed: 
                "--rate", str(rate), "--schedule", schedule, "--max-tokens", str(args.max_tokens),
                "--temperature", "0", "--seed", str(seed), "--traffic-key", f"serve-shift-{config}",
                "--extra-body", json.dumps({"speculation": speculation}), "--goodput", *args.goodput.split(),
+               "--endpoint", args.endpoint,
                "--out", str(out), "--quiet"]
     subprocess.run(command, check=True, cwd=ROOT)
     return json.loads(out.read_text())
@@ -136,6 +137,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=float, default=0.15)
     parser.add_argument("--also-rate", type=float, action="append", default=[], help="adaptive at another load")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--endpoint", choices=["chat", "completions"], default="chat",
+                        help="chat: prompts through the chat template, as `calibrate` and `generate` send them, so the "
+                        "profile's acceptance is measured on the very texts the server produces")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--goodput", default="ttft:2000 e2el:10000")
@@ -194,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         except subprocess.TimeoutExpired:
             server.kill()
     result = {"prompts": os.path.relpath(args.prompts, ROOT), "phases": args.phases, "phase_s": args.phase_s,
-              "rate": args.rate, "max_tokens": args.max_tokens, "goodput_slos": args.goodput,
+              "rate": args.rate, "max_tokens": args.max_tokens, "endpoint": args.endpoint, "goodput_slos": args.goodput,
               "profile": os.path.relpath(args.profile, ROOT), "calibrated_first": args.calibrate,
               "per_prompt": args.per_prompt, "rounds": args.rounds,
               "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
