@@ -25,13 +25,14 @@ import statistics
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
 from adaptive_spec.bench import Prompt
 from adaptive_spec.config import GenerationConfig
 from adaptive_spec.decoder import SpeculativeDecoder
+from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.verifier import verify_greedy
 from policies.static import StaticPolicy
 
@@ -117,9 +118,7 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
     """Per class and drafter: conditional per-position acceptance and hit rate; the classes are the
     prompts' kinds, and with ``per_prompt`` also their ids."""
     if per_prompt:
-        clash = sorted({p.id for p in prompts} & {p.kind for p in prompts})
-        if clash:
-            raise ValueError(f"per_prompt: prompt id {clash[0]!r} is also a kind; the classes would mix")
+        check_per_prompt(prompts)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
     counts: dict = defaultdict(lambda: {"tested": [0] * ACCEPTANCE_K, "accepted": [0] * ACCEPTANCE_K, "steps": 0, "hits": 0})
     # n-gram drafts, split by the kind of match (order, ambiguous) the engine's match gate sees
@@ -172,7 +171,20 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
         if matches:
             entry["matches"] = matches
         out[cls][name] = entry
+    # a prompt none of whose steps could be counted (its answer ended before a full draft) still
+    # gets a class, its kind's: a trace that sent it must replay
+    for prompt_id, kind in parent.items():
+        for name, entry in out.get(kind, {}).items():
+            out[prompt_id].setdefault(name, entry)
     return dict(out)
+
+
+def check_per_prompt(prompts: list[Prompt], source: object = "the prompts") -> None:
+    """With a class per prompt id beside the kinds, no id may also be a kind."""
+    clash = sorted({p.id for p in prompts} & {p.kind for p in prompts})
+    if clash:
+        raise InvalidParameterError("per_prompt", True, f"prompt id {clash[0]!r} in {source} is also a kind "
+                                    "(the classes would mix)")
 
 
 def _share(hits: int, steps: int) -> float:
@@ -185,7 +197,7 @@ def _share(hits: int, steps: int) -> float:
     return math.floor(hits / steps * 10_000) / 10_000
 
 
-def _per_position(c: dict, fallback: list[float] = ()) -> list[float]:
+def _per_position(c: dict, fallback: Sequence[float] = ()) -> list[float]:
     """Conditional acceptance per position while a position was tested often enough; from the first
     that was not, ``fallback``'s values (or nothing: the simulator repeats the last estimate)."""
     per_position = []

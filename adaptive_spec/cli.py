@@ -278,17 +278,14 @@ def calibrate(
     dtype: str = typer.Option("float32"),
 ) -> None:
     """Time prefill, verify and drafting on this device and measure acceptance: a simulator profile."""
-    from adaptive_spec.calibrate import calibrate as run_calibration
+    from adaptive_spec.calibrate import calibrate as run_calibration, check_per_prompt
     from adaptive_spec.outputs import write_json_atomic
 
     check_positive_int("repeats", repeats)
     check_positive_int("max_new_tokens", max_new_tokens)
     rows = read_prompts(prompts)
     if per_prompt:
-        clash = sorted({r.id for r in rows} & {r.kind for r in rows})
-        if clash:
-            raise InvalidParameterError("per_prompt", True, f"prompt id {clash[0]!r} in {prompts} is also a kind "
-                                        "(the classes would mix)")
+        check_per_prompt(rows, prompts)
     check_writable(out, "out")
     torch_device, torch_dtype, names = _runtime_and_drafters(device, dtype, drafters, "drafters")
     decoder = _load_decoder(model, names, torch_device, torch_dtype, None)

@@ -20,8 +20,8 @@ Verify forward (one target pass over ``tokens`` = k + 1 tokens for each of ``bat
   chosen by least squares from the candidates the samples offer; the slopes are fitted. Nothing
   says "speculation stops paying at batch N": that comes out of measured (or supplied) samples.
 
-All weights are constrained >= 0 (``LinearRegression(positive=True)``) so a cost never falls
-with more work. Features constant across the samples are dropped (their weight would be
+All weights are constrained >= 0 (``LinearRegression(positive=True)``) so a fitted cost never
+falls with more work (a measured batch-1 width, below, keeps what was measured, which may). Features constant across the samples are dropped (their weight would be
 unidentifiable); if every sample has batch 1, the batch features are dropped and predicting a
 batch > 1 raises - measure batched forwards before planning continuous batching.
 
@@ -193,7 +193,8 @@ class FittedCostModel:
         v = self.verify
         return {
             "verify": {"intercept_s": v.intercept, "weights": v.weights, "knee_batch_tokens": v.knee,
-                       "batch_fitted": v.batch_fitted, "max_rel_error": v.max_rel_error},
+                       "batch_fitted": v.batch_fitted, "max_rel_error": v.max_rel_error,
+                       "batch1_measured_widths": sorted({m.tokens for m in self.measured if m.batch == 1})},
             "prefill": dict(zip(("intercept_s", "per_token_s", "per_token_sq_s"), self.prefill)),
             "draft": {d: vars(c) for d, c in self.draft.items()},
         }
@@ -239,13 +240,17 @@ def _measured_widths(line: list[float], samples: tuple[VerifySample, ...],
 
 
 def _context_line(samples: list[VerifySample], fallback_slope: float) -> tuple[float, float]:
-    """``(seconds at context 0, seconds per context token)`` of one width's samples, both >= 0."""
-    xs = [s.context_len for s in samples]
-    ys = [s.seconds for s in samples]
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mean_x) ** 2 for x in xs)
-    slope = max(sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sxx, 0.0) if sxx > 0 else fallback_slope
-    return max(mean_y - slope * mean_x, 0.0), slope
+    """``(seconds at context 0, seconds per context token)`` of one width's samples, both >= 0; the
+    fitted ``fallback_slope`` where they were all taken at one context."""
+    xs = np.asarray([[s.context_len] for s in samples], dtype=float)
+    ys = np.asarray([s.seconds for s in samples])
+    if xs.std() > 0:
+        intercept, coef = fit_linear(xs, ys)
+        slope = float(coef[0])
+    else:
+        slope = fallback_slope
+        intercept = float(ys.mean()) - slope * float(xs.mean())
+    return max(intercept, 0.0), slope
 
 
 def fit_cost_model(profile: Profile) -> FittedCostModel:

@@ -10,8 +10,10 @@ import pytest
 
 import adaptive_spec.calibrate as calibrate_module
 from adaptive_spec.calibrate import _per_position, measure_acceptance
+from adaptive_spec.config import GenerationConfig
 from adaptive_spec.decoder import SpeculativeDecoder
 from adaptive_spec.drafters import NgramDrafter
+from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.prompts import Prompt
 from simulator.acceptance import acceptance_from_dict
 from tiny import loaded, one_thread, tiny_llama
@@ -50,8 +52,18 @@ def test_per_prompt_classes_partition_their_kind(decoder):
 
 def test_an_id_that_is_also_a_kind_is_refused(decoder):
     clash = [Prompt("mixed", LOOP, kind="copy"), Prompt("b", FLAT, kind="mixed")]
-    with pytest.raises(ValueError, match="per_prompt.*'mixed'"):
+    with pytest.raises(InvalidParameterError, match="per_prompt.*'mixed'"):
         measure_acceptance(decoder, clash, max_new_tokens=8, per_prompt=True)
+
+
+def test_a_prompt_whose_answer_ends_at_once_still_has_a_class(decoder):
+    """Its steps are never counted (no full draft before the end of sequence); a trace that sent it
+    must still replay, on its kind's estimates."""
+    first = decoder.generate(FLAT, GenerationConfig(max_new_tokens=1), force_plain=True).token_ids[0]
+    with one_thread():
+        ends = SpeculativeDecoder(loaded(tiny_llama(seed=0), eos=first), [NgramDrafter()])
+        out = measure_acceptance(ends, PROMPTS, max_new_tokens=24, per_prompt=True)
+    assert out["flat-a"] == out["mixed"]
 
 
 def test_every_class_loads_as_a_simulator_profile(decoder):

@@ -195,3 +195,11 @@ def test_a_prompt_that_alone_fills_the_context_is_named_as_the_prompt():
 def test_validate_sim_refuses_a_profile_the_simulator_cannot_use_before_the_real_run(no_model, profile, found):
     exc = invoke_error(["validate-sim", "--profile", profile, "--drafters", "ngram", "--device", "cpu"])
     assert (exc.name, exc.value) == ("profile", profile) and found in str(exc)
+
+
+def test_calibrate_per_prompt_refuses_an_id_that_is_also_a_kind_before_loading(no_model, tmp_path):
+    path = write_lines(tmp_path, '{"id": "copy", "prompt": "1 2", "kind": "open"}',
+                       '{"id": "b", "prompt": "3 4", "kind": "copy"}')
+    exc = invoke_error(["calibrate", "--prompts", str(path), "--drafters", "ngram", "--per-prompt",
+                        "--out", str(tmp_path / "p.json")])
+    assert exc.name == "per_prompt" and "prompt id 'copy'" in str(exc)
