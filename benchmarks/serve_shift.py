@@ -96,7 +96,7 @@ def predict(run: dict, profile: str, per_prompt: bool = False) -> dict:
         if by_prompt and not per_prompt:
             continue
         if by_prompt and any("id" not in r for r in rows):
-            raise SystemExit("per_prompt: this run's trace does not record each request's prompt id")
+            raise ValueError("per_prompt: this run's trace does not record each request's prompt id")
         replay = [{**r, "class": r["id"]} for r in rows] if by_prompt else rows
         predicted = simulate_trace(replay, profile, CONFIGS[run["config"]][1], run["round"])["e2e_s"]
         measured = run["e2el_s"]
@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--goodput", default="ttft:2000 e2el:10000")
-    parser.add_argument("--profile", default=str(ROOT / "simulator" / "profiles" / "smollm2_cpu.json"))
+    parser.add_argument("--profile", help="the profile the simulator replays with (default: the shipped "
+                        "simulator/profiles/smollm2_cpu.json; with --calibrate, required: the file to write)")
     parser.add_argument("--out", type=output_path, required=True)
     parser.add_argument("--per-prompt", action="store_true", help="also predict with each request's prompt as its "
                         "class (the profile needs `calibrate --per-prompt` classes)")
@@ -155,13 +156,23 @@ def main(argv: list[str] | None = None) -> None:
                         ("rounds", args.rounds), *(("also_rate", r) for r in args.also_rate)):
         if not value > 0:
             parser.error(f"{name}={value}: must be > 0")
+    if args.calibrate and args.profile is None:
+        parser.error("calibrate: name the profile to write with --profile (not the shipped default)")
+    if args.calibrate and args.resimulate is not None:
+        parser.error("calibrate: --resimulate replays a recorded run; calibrating now would not describe it")
+    if args.resimulate is not None and not args.resimulate.is_file():
+        parser.error(f"resimulate={str(args.resimulate)!r}: no such file")
+    args.profile = args.profile or str(ROOT / "simulator" / "profiles" / "smollm2_cpu.json")
     unknown = [c for c in args.configs.split(",") if c not in CONFIGS]
     if unknown:
         parser.error(f"configs={args.configs!r}: unknown {unknown}; known: {', '.join(CONFIGS)}")
     if args.resimulate is not None:
         result = json.loads(args.resimulate.read_text())
-        for run in result["runs"]:
-            run.update(predict(run, args.profile, args.per_prompt))
+        try:
+            for run in result["runs"]:
+                run.update(predict(run, args.profile, args.per_prompt))
+        except (KeyError, TypeError, ValueError) as exc:
+            parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_shift result this can replay ({exc})")
         result["profile"] = os.path.relpath(args.profile, ROOT)
         result["per_prompt"] = args.per_prompt
         write_json_atomic(args.out, result, "out")

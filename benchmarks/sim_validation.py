@@ -160,7 +160,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", help="another profile (default: the file's own)")
     parser.add_argument("--out", type=output_path, required=True)
     args = parser.parse_args(argv)
-    result = resimulate(json.loads(args.resimulate.read_text()), args.profile)
+    if not args.resimulate.is_file():
+        parser.error(f"resimulate={str(args.resimulate)!r}: no such file")
+    try:
+        result = resimulate(json.loads(args.resimulate.read_text()), args.profile)
+    except (KeyError, TypeError, ValueError) as exc:
+        parser.error(f"resimulate={str(args.resimulate)!r}: not a validate-sim result ({exc})")
     write_json_atomic(args.out, result, "out")
     for row in result["comparison"]:
         print(f"{row['metric']:<20} measured {row['measured']:.3f} predicted {row['predicted']:.3f} ({row['error']:+.1%})")
