@@ -242,6 +242,9 @@ def demo(
     max_new_tokens: int = typer.Option(40, "--max-new-tokens", help="Tokens per request at most (40: about one copied paragraph)."),
     requests_per_phase: int = typer.Option(2, "--requests-per-phase", help="Requests in each of the three phases "
                                            "(copy-heavy, open-ended, copy-heavy)."),
+    drafters: str = typer.Option("ngram", help="Comma-separated drafters the adaptive controller chooses among. "
+                                 "Prompt lookup only by default: the int8 self-drafter costs seconds to build and "
+                                 "on CPU its drafts rarely pay (try ngram,int8)."),
     telemetry: str = typer.Option("sqlite", help=TELEMETRY_HELP),
 ) -> None:
     """Serve a stream that shifts from copy-heavy to open-ended requests and back under the adaptive
@@ -252,11 +255,11 @@ def demo(
 
     check_positive_int("max_new_tokens", max_new_tokens)
     check_positive_int("requests_per_phase", requests_per_phase)
+    torch_device, torch_dtype, names = _runtime_and_drafters("auto", "float32", drafters, "drafters")
     observers = _observers(telemetry)
     store = next((str(p.path) for p in parse_spec(telemetry) if isinstance(p, SqliteSpec)), None)
-    torch_device, torch_dtype, drafters = _runtime_and_drafters("auto", "float32", None, "drafters")
-    decoder = _load_decoder(model, drafters, torch_device, torch_dtype, None, observers)
-    summary = run_demo(decoder, [d for d in drafters if d != "none"], requests_per_phase, max_new_tokens,
+    decoder = _load_decoder(model, names, torch_device, torch_dtype, None, observers)
+    summary = run_demo(decoder, [d for d in names if d != "none"], requests_per_phase, max_new_tokens,
                        Console(), store)
     for observer in observers:  # the store has what the dashboard is pointed at before we exit
         getattr(observer, "flush", lambda: None)()

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-from sklearn.linear_model import LinearRegression
 
 from simulator.profile import DraftCost, PrefillSample, Profile, VerifySample
 
@@ -77,6 +76,9 @@ def fit_linear(features: np.ndarray, seconds: np.ndarray) -> tuple[float, np.nda
     coef = np.zeros(features.shape[1])
     if not keep.any():
         return float(seconds.mean()), coef
+    # imported here: scikit-learn takes over a second to import, which every CLI command would pay
+    from sklearn.linear_model import LinearRegression
+
     model = LinearRegression(positive=True).fit(features[:, keep], seconds)
     coef[keep] = model.coef_
     return float(model.intercept_), coef

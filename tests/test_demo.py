@@ -8,7 +8,7 @@ import doctest
 import pytest
 from typer.testing import CliRunner
 
-from adaptive_spec import demo, models
+from adaptive_spec import demo, drafters, models
 from adaptive_spec.cli import app
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.models import LoadedModel
@@ -88,8 +88,11 @@ def test_the_summary_has_each_phase_and_all_and_a_difference_is_not_identical():
     assert not summary["identical"]
 
 
-def test_demo_serves_the_stream_records_it_and_finds_every_output_identical_to_plain(tiny_model, tmp_path):
+def test_demo_serves_the_stream_records_it_and_finds_every_output_identical_to_plain(tiny_model, tmp_path, monkeypatch):
     store = tmp_path / "telemetry.sqlite"
+    built = []
+    build = drafters.build_drafter
+    monkeypatch.setattr(drafters, "build_drafter", lambda spec, target: built.append(spec) or build(spec, target))
     with one_thread():
         result = runner.invoke(app, ["demo", "--model", "tiny", "--max-new-tokens", "6", "--requests-per-phase", "1",
                                      "--telemetry", f"sqlite:{store}"], env={"COLUMNS": "200"})
@@ -104,12 +107,25 @@ def test_demo_serves_the_stream_records_it_and_finds_every_output_identical_to_p
     # the stream's requests, one traffic key per config; the warm-up is not recorded
     keys = sorted(row["key"] for row in read_requests(store))
     assert keys == sorted(f"demo/{name}" for name in demo.CONFIGS for _ in range(3))
+    assert built == ["ngram"]  # prompt lookup only, unless --drafters asks for more
+
+
+def test_demo_drafters_option_loads_the_drafters_given(tiny_model, monkeypatch):
+    built = []
+    build = drafters.build_drafter
+    monkeypatch.setattr(drafters, "build_drafter", lambda spec, target: built.append(spec) or build(spec, target))
+    with one_thread():
+        result = runner.invoke(app, ["demo", "--model", "tiny", "--max-new-tokens", "4", "--requests-per-phase", "1",
+                                     "--drafters", "ngram,int8", "--telemetry", "off"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert built == ["ngram", "int8"] and "identical to plain decoding: yes" in result.output
 
 
 @pytest.mark.parametrize("args, name", [
     (["--requests-per-phase", "0"], "requests_per_phase"),
     (["--max-new-tokens", "0"], "max_new_tokens"),
     (["--telemetry", "bogus"], "telemetry"),
+    (["--drafters", "bogus"], "drafters"),
 ])
 def test_bad_demo_options_fail_before_the_model_loads(monkeypatch, args, name):
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
