@@ -37,6 +37,9 @@ class Policy:
     """Base class of every controller; see the module docstring for the contract."""
 
     name = "policy"
+    # True when no decision depends on what was observed, so one instance may serve several requests
+    # at once (a batch's rows); a learning controller serves one request at a time
+    stateless = False
 
     def decide(self) -> Action:
         """Return the action for the next step. Reads state only: twice in a row, the same action."""

@@ -10,6 +10,7 @@ class StaticPolicy(Policy):
     """Fixed drafter and k. ``StaticPolicy("none", 0)`` is plain decoding."""
 
     name = "static"
+    stateless = True
 
     def __init__(self, drafter: str = PLAIN, k: int = 0) -> None:
         if not isinstance(k, int) or k < 0:

@@ -1,0 +1,257 @@
+"""Continuous batching with per-request speculation.
+
+Requests join between steps (each prefilled alone, then added as a row of the shared cache) and
+leave as soon as they finish. Every step, each row asks its own controller for a drafter and a
+draft length (0: plain decoding for that row), drafts, and the target scores every row's pending
+token and drafts in one forward over ragged widths (``SlotCache``); each row is then verified on
+its own (greedy prefix or exact rejection sampling, the single-request verifier) and rolled back
+to what it accepted. Row by row the tokens are those of ``SpeculativeDecoder.generate``.
+
+What it does not do yet: drafters with a model of their own (their caches are per request; only
+lookups such as ``ngram`` are batched), chunked prefill, and controllers that account for the
+batch (a controller serves one request at a time: concurrent rows need their own).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from adaptive_spec.batching.slots import SlotCache
+from adaptive_spec.config import GenerationConfig, context_overflow, validate_draft_len
+from adaptive_spec.decoder import SpeculativeDecoder, _config
+from adaptive_spec.drafters.base import Proposal
+from adaptive_spec.errors import InvalidParameterError
+from adaptive_spec.observers import RequestInfo
+from adaptive_spec.result import GenerationResult, GenerationStats
+from adaptive_spec.sampling import sample
+from adaptive_spec.verifier import verify_greedy
+from policies.base import Policy
+from policies.outcome import PLAIN, StepOutcome
+from policies.session import DecodeSession
+from policies.shadow import ShadowDrafts
+
+_EMPTY = Proposal(tokens=[])
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Row:
+    """One request's working state."""
+
+    id: int
+    prompt_ids: list[int]
+    config: GenerationConfig
+    policy: Policy
+    key: str
+    generator: torch.Generator | None
+    submitted_s: float
+    info: RequestInfo | None = None
+    session: DecodeSession | None = None
+    context: list[int] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    steps: list[StepOutcome] = field(default_factory=list)
+    stop_reason: str | None = None
+    started_s: float = 0.0
+    drafter_failures: int = 0  # steps whose draft failed and decoded plainly instead
+
+
+class BatchedDecoder:
+    """Decode many requests together on ``decoder``'s target, drafters and observers.
+
+    >>> engine = BatchedDecoder(decoder, max_batch=8)
+    >>> ids = [engine.submit(p, max_new_tokens=64, policy=make_policy("adaptive", ["ngram"])) for p in prompts]
+    >>> results = engine.run()   # {id: GenerationResult}
+
+    One thread drives it (``step`` or ``run``); the wrapped decoder must not serve requests of its
+    own meanwhile (they would share the target's weights, not its cache, so that is safe, but they
+    would share controllers and drafters).
+    """
+
+    def __init__(self, decoder: SpeculativeDecoder, max_batch: int = 8) -> None:
+        if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+            raise InvalidParameterError("max_batch", max_batch, "must be an integer >= 1")
+        stateful = [name for name, d in decoder.drafters.items() if name != PLAIN and d.vocab_size is not None]
+        if stateful:
+            raise InvalidParameterError("drafters", ",".join(stateful), "keep a cache per request; the batched engine "
+                                        "drafts with lookups only (ngram)")
+        self.decoder = decoder
+        self.max_batch = max_batch
+        self.slots = SlotCache(decoder.target.model)
+        self.waiting: deque[_Row] = deque()
+        self.active: list[_Row] = []  # in the slot cache's row order
+        self.results: dict[int, GenerationResult] = {}
+        self._next_id = 0
+        self._failed_drafters: set[str] = set()  # logged once each
+        self._busy: set[int] = set()  # the learning controllers serving a row now (``_controller``)
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def submit(self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None,
+               key: str = "", **overrides) -> int:
+        """Queue a request; returns its id. Bad input is refused here, before it joins a batch."""
+        cfg = _config(config, overrides)
+        prompt_ids = self.decoder.encode_prompt(prompt)
+        limit = self.decoder.target_model.max_context
+        if len(prompt_ids) + cfg.max_new_tokens > limit:
+            raise context_overflow(len(prompt_ids), cfg.max_new_tokens, limit)
+        chosen = self.decoder.policy_for(key, policy)
+        generator = None
+        if not cfg.greedy:
+            generator = torch.Generator(device=self.slots.device)
+            generator.manual_seed(cfg.seed if cfg.seed is not None else secrets.randbits(63))
+        row = _Row(self._next_id, prompt_ids, cfg, chosen, key, generator, time.perf_counter())
+        self._next_id += 1
+        self.waiting.append(row)
+        return row.id
+
+    @property
+    def pending(self) -> int:
+        return len(self.waiting) + len(self.active)
+
+    def run(self) -> dict[int, GenerationResult]:
+        """Step until every submitted request is done; their results by id."""
+        while self.pending:
+            self.step()
+        return self.results
+
+    # -- the step ----------------------------------------------------------------------------------
+
+    def step(self) -> list[int]:
+        """Admit waiting requests while rows are free, then one decode step over every row; returns
+        the ids of the requests that finished."""
+        finished = self._admit()
+        if self.active:
+            finished += self._decode_step()
+        return finished
+
+    def _admit(self) -> list[int]:
+        finished = []
+        skipped: deque[_Row] = deque()
+        while self.waiting and len(self.active) < self.max_batch:
+            row = self.waiting.popleft()
+            owner = _controller(row.policy)
+            if owner is not None and owner in self._busy:  # its controller serves another row: it waits its turn
+                skipped.append(row)
+                continue
+            self._prefill(row)
+            if row.stop_reason is not None:
+                self.slots.remove([self.slots.rows - 1])
+                self._finish_request(row)
+                finished.append(row.id)
+            else:
+                self.active.append(row)
+                if owner is not None:
+                    self._busy.add(owner)
+        self.waiting.extendleft(reversed(skipped))
+        return finished
+
+    def _prefill(self, row: _Row) -> None:
+        decoder, cfg = self.decoder, row.config
+        if decoder.observers:
+            row.info = RequestInfo(model=decoder.target_model.name, key=row.key, config=cfg,
+                                   prompt_tokens=len(row.prompt_ids), policy=row.policy.name)
+            decoder.observers.notify("on_request_start", row.info)
+        row.started_s = start = decoder._now()
+        row.stats.prompt_tokens = len(row.prompt_ids)
+        logits = self.slots.add(row.prompt_ids)
+        first = verify_greedy([], logits).next_token if cfg.greedy else int(sample(decoder._probs(logits, cfg), row.generator)[0])
+        row.stats.prefill_s = decoder._now() - start
+        row.context = row.prompt_ids + [first]
+        _, row.stop_reason = decoder._finish([first], row.generated, cfg)
+        drafters = decoder.drafters.values()
+        row.session = DecodeSession(
+            row.policy, cfg.max_new_tokens, key=row.key, warm_steps=decoder.cost_memory,
+            gated={d.name for d in drafters if d.reports_match_order},
+            stoppable={d.name for d in drafters if d.vocab_size},
+            shadow=ShadowDrafts([d for d in drafters if d.name != PLAIN and d.vocab_size is None], row.policy),
+        )
+
+    def _decode_step(self) -> list[int]:
+        decoder = self.decoder
+        t0 = decoder._now()
+        plans, proposals, inputs = [], [], []
+        for row in self.active:
+            plan = row.session.plan(len(row.generated), row.context)
+            drafter = decoder.drafters.get(plan.drafter)
+            if drafter is None:
+                raise InvalidParameterError("drafter", plan.drafter, f"not loaded; loaded: {', '.join(decoder.drafters)}")
+            validate_draft_len(plan.action.k)
+            proposal = self._propose(row, drafter, plan.k) if plan.k > 0 else _EMPTY
+            kept = row.session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
+            plans.append(plan)
+            proposals.append((proposal, proposal.tokens[:kept]))
+            inputs.append([row.context[-1], *proposal.tokens[:kept]])
+        t1 = decoder._now()
+        logits = self.slots.extend(inputs)
+        done: list[int] = []
+        verdicts = []
+        for index, row in enumerate(self.active):
+            proposal, drafts = proposals[index]
+            verdict = decoder._verify(drafts, proposal, logits[index], row.config, row.generator)
+            self.slots.rollback(index, len(row.context) + verdict.num_accepted)
+            verdicts.append(verdict)
+        t2 = decoder._now()
+        for index, row in enumerate(self.active):
+            (proposal, drafts), verdict, plan = proposals[index], verdicts[index], plans[index]
+            step_tokens = [*drafts[: verdict.num_accepted], verdict.next_token]
+            row.context.extend(step_tokens)
+            new, row.stop_reason = decoder._finish(step_tokens, row.generated, row.config)
+            # the step's time is the whole batch's: what this row waited for its tokens
+            outcome = row.session.finish(
+                plan, len(drafts), verdict.num_accepted, len(new), t1 - t0, t2 - t1, len(row.context) - len(step_tokens),
+                first_token_right=bool(proposal.tokens) and proposal.tokens[0] == verdict.next_token,
+                match_order=proposal.match_order, match_ambiguous=proposal.match_ambiguous, context=row.context,
+            )
+            row.stats.add_step(outcome)
+            row.steps.append(outcome)
+            if row.info is not None:
+                decoder.observers.notify("on_step", row.info, outcome, row.session.drain_events())
+            if row.stop_reason is not None:
+                done.append(index)
+        if done:
+            self.slots.remove(done)
+            for index in done:
+                self._finish_request(self.active[index])
+            finished = [self.active[index].id for index in done]
+            self.active = [row for index, row in enumerate(self.active) if index not in set(done)]
+            return finished
+        self.slots.compact()
+        return []
+
+    def _propose(self, row: _Row, drafter, k: int) -> Proposal:
+        """The row's draft; a drafter that fails costs that row its draft (a plain step), not the batch."""
+        try:
+            return drafter.propose(row.context, k, row.config, row.generator)
+        except Exception:  # noqa: BLE001 - any drafter bug; the verifier keeps the output exact either way
+            if drafter.name not in self._failed_drafters:
+                log.exception("drafter %r failed on request %d; that row decodes plainly this step", drafter.name, row.id)
+                self._failed_drafters.add(drafter.name)
+            row.drafter_failures += 1
+            return _EMPTY
+
+    def _finish_request(self, row: _Row) -> None:
+        decoder = self.decoder
+        self._busy.discard(_controller(row.policy))
+        row.stats.decode_s = decoder._now() - row.started_s - row.stats.prefill_s
+        row.stats.new_tokens = len(row.generated)
+        text = decoder.tokenizer.decode(row.generated, skip_special_tokens=True)
+        result = GenerationResult(text=text, token_ids=row.generated, finish_reason=row.stop_reason, stats=row.stats,
+                                  steps=row.steps)
+        self.results[row.id] = result
+        if row.info is not None:
+            decoder.observers.notify("on_request_end", row.info, result, None)
+
+
+def _controller(policy: Policy) -> int | None:
+    """What must serve one row at a time: the innermost controller of ``policy`` (an override
+    forwards what it observes to the controller it wraps), by identity; None when it learns nothing."""
+    while getattr(policy, "inner", None) is not None:
+        policy = policy.inner
+    return None if policy.stateless else id(policy)

@@ -1,0 +1,173 @@
+"""One KV cache for many requests, each rolled back on its own.
+
+The cache is a transformers ``DynamicCache`` of shape ``[rows, heads, slots, head_dim]``. Rows
+share the slot axis but not their contents: a boolean ``valid[row, slot]`` says which slots hold
+one of the row's tokens, and each row's tokens sit in its valid slots in order. A step appends
+the same number of slots to every row (the widest row's input); a row with fewer inputs, or
+whose drafts were rejected, marks those slots invalid instead of cropping them, so unequal
+acceptance never moves another row's keys. Every forward passes
+
+- ``attention_mask = valid``: a query sees only its own row's valid slots (and, through the
+  causal mask, only earlier slots);
+- ``position_ids`` = each row's own token count: rotary positions follow the row's text, not the
+  slot it landed in. This is the trap of padded batch speculation (EqSpec, arXiv 2510.22876):
+  positions taken from slots drift apart from the text after unequal acceptance.
+
+Invalid slots are garbage collected by ``compact`` (each row's valid slots gathered to the right,
+left padding invalid) once they outnumber the longest row's tokens.
+
+Attention windows computed from slot indices (sliding-window layers) would be wrong here, so
+models with them are refused.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from adaptive_spec.errors import InvalidParameterError
+
+
+class SlotCache:
+    def __init__(self, model: PreTrainedModel) -> None:
+        windows = {getattr(model.config, "sliding_window", None)} | set(getattr(model.config, "layer_types", None) or [])
+        if any(w not in (None, "full_attention") for w in windows):
+            raise InvalidParameterError("model", type(model).__name__, "has sliding-window attention layers, which "
+                                        "the batched engine cannot place by slot; serve it with batch size 1")
+        self.model = model
+        self.device = next(model.parameters()).device
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.reset()
+
+    @torch.inference_mode()  # the cache's tensors are made there: every change to them happens there too
+    def reset(self) -> None:
+        self.cache = DynamicCache()
+        self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)
+        self.tokens: list[list[int]] = []  # per row: the tokens whose keys and values the row holds
+
+    @property
+    def rows(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def slots(self) -> int:
+        return self.valid.shape[1]
+
+    # -- rows join and leave ---------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def add(self, prompt: list[int]) -> torch.Tensor:
+        """Prefill ``prompt`` alone and join it as the last row; logits [1, vocab] of its last position."""
+        single = DynamicCache()
+        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: single})
+        self._join(single, len(prompt))
+        self.tokens.append(list(prompt))
+        self._check()
+        return out.logits[0, -1:]
+
+    def _join(self, single: DynamicCache, length: int) -> None:
+        if not self.tokens:
+            self.cache = single
+            self.valid = torch.ones(1, length, dtype=torch.bool, device=self.device)
+            return
+        slots = self.slots
+        if length > slots:  # the newcomer is longer: every row gets invalid slots on the left
+            self._pad_left(self.cache, length - slots)
+            self.valid = torch.cat([self.valid.new_zeros(self.rows, length - slots), self.valid], dim=1)
+            slots = length
+        self._pad_left(single, slots - length)
+        for mine, theirs in zip(self.cache.layers, single.layers):
+            mine.keys = torch.cat([mine.keys, theirs.keys], dim=0)
+            mine.values = torch.cat([mine.values, theirs.values], dim=0)
+        row = torch.arange(slots, device=self.device) >= slots - length
+        self.valid = torch.cat([self.valid, row[None]], dim=0)
+
+    @staticmethod
+    def _pad_left(cache: DynamicCache, count: int) -> None:
+        if count <= 0:
+            return
+        for layer in cache.layers:
+            b, h, _, d = layer.keys.shape
+            layer.keys = torch.cat([layer.keys.new_zeros(b, h, count, d), layer.keys], dim=2)
+            layer.values = torch.cat([layer.values.new_zeros(b, h, count, layer.values.shape[3]), layer.values], dim=2)
+
+    @torch.inference_mode()
+    def remove(self, rows: list[int]) -> None:
+        """Drop ``rows`` (indices); the others keep their order."""
+        gone = set(rows)
+        keep = [i for i in range(self.rows) if i not in gone]
+        if not keep:
+            self.reset()
+            return
+        index = torch.tensor(keep, device=self.device)
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(0, index)
+            layer.values = layer.values.index_select(0, index)
+        self.valid = self.valid.index_select(0, index)
+        self.tokens = [self.tokens[i] for i in keep]
+        self.compact()
+
+    # -- a step ------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def extend(self, inputs: list[list[int]]) -> list[torch.Tensor]:
+        """Feed every row its tokens in one forward; per row, logits [len(inputs[row]), vocab]."""
+        if len(inputs) != self.rows or any(not tokens for tokens in inputs):
+            raise ValueError(f"extend needs at least one token for each of the {self.rows} rows")
+        width = max(len(tokens) for tokens in inputs)
+        ids = torch.zeros(self.rows, width, dtype=torch.long, device=self.device)
+        widths = torch.tensor([len(tokens) for tokens in inputs], device=self.device)
+        for row, tokens in enumerate(inputs):
+            ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        step = torch.arange(width, device=self.device)
+        positions = torch.tensor([len(t) for t in self.tokens], device=self.device)[:, None] + step
+        self.valid = torch.cat([self.valid, step[None, :] < widths[:, None]], dim=1)
+        out = self.model(input_ids=ids, attention_mask=self.valid.long(), position_ids=positions, use_cache=True,
+                         **{self._cache_kwarg: self.cache})
+        for row, tokens in enumerate(inputs):
+            self.tokens[row].extend(tokens)
+        self._check()
+        return [out.logits[row, : len(tokens)] for row, tokens in enumerate(inputs)]
+
+    @torch.inference_mode()
+    def rollback(self, row: int, length: int) -> None:
+        """Row ``row`` keeps its first ``length`` tokens: the slots of the others become invalid."""
+        held = len(self.tokens[row])
+        if not 0 < length <= held:
+            raise ValueError(f"cannot roll row {row} back to {length} tokens: it holds {held}")
+        if length < held:
+            slots = self.valid[row].nonzero().flatten()
+            self.valid[row, slots[length:]] = False
+            del self.tokens[row][length:]
+
+    @torch.inference_mode()
+    def compact(self) -> None:
+        """Gather each row's valid slots to the right once invalid slots outnumber the longest row."""
+        longest = max((len(t) for t in self.tokens), default=0)
+        if not self.tokens or self.slots <= 2 * longest:
+            return
+        index = torch.zeros(self.rows, longest, dtype=torch.long, device=self.device)
+        for row, tokens in enumerate(self.tokens):
+            index[row, longest - len(tokens):] = self.valid[row].nonzero().flatten()
+        for layer in self.cache.layers:
+            _, h, _, d = layer.keys.shape
+            layer.keys = layer.keys.gather(2, index[:, None, :, None].expand(-1, h, -1, d))
+            layer.values = layer.values.gather(2, index[:, None, :, None].expand(-1, h, -1, layer.values.shape[3]))
+        self.valid = torch.arange(longest, device=self.device)[None, :] >= torch.tensor(
+            [longest - len(t) for t in self.tokens], device=self.device)[:, None]
+        self._check()
+
+    def _check(self) -> None:
+        """Real checks (``python -O`` keeps them): the slots line up with the cache and each row's
+        valid slots with its tokens; otherwise keys would be read at the wrong positions silently."""
+        held = self.cache.get_seq_length()
+        if held != self.slots:
+            raise RuntimeError(f"KV cache out of step: {held} positions for {self.slots} slots")
+        counts = self.valid.sum(dim=1).tolist()
+        if counts != [len(t) for t in self.tokens]:
+            raise RuntimeError(f"KV cache out of step: valid slots per row {counts}, tokens per row "
+                               f"{[len(t) for t in self.tokens]}")

@@ -1,0 +1,170 @@
+"""Continuous batching (issue 17): row by row, the batched engine's tokens are the single request's.
+
+Rows copy, decode openly or not speculate at all, join while others are mid-way and leave at
+different lengths; the shared cache is checked against fresh forwards after unequal acceptance."""
+
+import pytest
+import torch
+
+from adaptive_spec import SpeculativeDecoder
+from adaptive_spec.batching import BatchedDecoder, SlotCache
+from adaptive_spec.drafters import Int8Drafter, NgramDrafter
+from adaptive_spec.drafters.base import Drafter
+from adaptive_spec.errors import InvalidParameterError
+from policies import StaticPolicy
+from policies.registry import make_policy
+from tiny import loaded, one_thread, tiny_gemma3, tiny_llama
+
+COPY = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6]  # repeats itself: prompt lookup drafts well
+PROMPTS = [COPY, [9, 9, 30, 31, 32, 9, 30], [5], list(range(40, 60)), [7, 3, 7, 3, 7, 3, 11]]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    return SpeculativeDecoder(loaded(tiny_llama(seed=0)), [NgramDrafter()])
+
+
+def policy(name):
+    return make_policy(name, ["ngram"])
+
+
+def alone(decoder, prompt, name, **kw):
+    return decoder.generate(prompt, policy=policy(name), **kw)
+
+
+def test_rows_joining_and_leaving_mid_way_decode_what_each_request_decodes_alone(decoder):
+    mix = [(PROMPTS[0], "static:ngram:8", 40), (PROMPTS[1], "plain", 25), (PROMPTS[2], "adaptive", 33),
+           (PROMPTS[3], "static:ngram:3", 12), (PROMPTS[4], "heuristic:ngram", 30), (PROMPTS[0], "plain", 18)]
+    engine = BatchedDecoder(decoder, max_batch=4)
+    ids = [engine.submit(p, policy=policy(name), max_new_tokens=n) for p, name, n in mix[:3]]
+    joined_mid_way = 0
+    for _ in range(3):  # the first rows are mid-way when the others arrive
+        engine.step()
+    for p, name, n in mix[3:]:
+        ids.append(engine.submit(p, policy=policy(name), max_new_tokens=n))
+    while engine.pending:
+        rows_before = len(engine.active)
+        engine.step()
+        joined_mid_way += rows_before > 0 and len(engine.active) > rows_before
+    results = engine.results
+    for request_id, (prompt, name, n) in zip(ids, mix):
+        assert results[request_id].token_ids == alone(decoder, prompt, name, max_new_tokens=n).token_ids, (name, n)
+        assert len(results[request_id].token_ids) == n
+    assert joined_mid_way  # max_batch 4: the last request joined when one left
+    accepted = {name: results[i].stats.accepted_tokens for i, (_, name, _) in zip(ids, mix)}
+    assert accepted["static:ngram:8"] > 0 and accepted["plain"] == 0  # unequal acceptance in one batch
+    assert engine.slots.rows == 0 and not engine.active
+
+
+def test_sampled_rows_draw_what_the_same_seed_draws_alone(decoder):
+    # per-row generators: the same seed gives the same tokens as the single request, so batched
+    # sampling inherits the single-request distribution tests (tests/test_engine_sampling.py)
+    engine = BatchedDecoder(decoder, max_batch=8)
+    mix = [(PROMPTS[0], "static:ngram:8", 3), (PROMPTS[1], "plain", 4), (PROMPTS[4], "static:ngram:4", 5),
+           (PROMPTS[3], "adaptive", 6)]
+    ids = [engine.submit(p, policy=policy(name), max_new_tokens=30, temperature=0.9, top_p=0.95, seed=seed)
+           for p, name, seed in mix]
+    results = engine.run()
+    for request_id, (prompt, name, seed) in zip(ids, mix):
+        expected = alone(decoder, prompt, name, max_new_tokens=30, temperature=0.9, top_p=0.95, seed=seed)
+        assert results[request_id].token_ids == expected.token_ids, name
+
+
+def test_each_rows_cache_after_unequal_rollbacks_matches_a_fresh_forward():
+    model = tiny_llama(seed=3)
+    slots = SlotCache(model)
+    prompts = [[1, 2, 3, 4, 5], [9, 8], [20, 21, 22, 23, 24, 25, 26, 27]]
+    for prompt in prompts:
+        slots.add(prompt)
+    rng = torch.Generator().manual_seed(0)
+    for step in range(12):
+        inputs = [torch.randint(0, 64, (int(torch.randint(1, 6, (1,), generator=rng)),), generator=rng).tolist()
+                  for _ in range(slots.rows)]
+        slots.extend(inputs)
+        for row in range(slots.rows):  # unequal acceptance: each row keeps its own random prefix
+            held = len(slots.tokens[row])
+            keep = held - len(inputs[row]) + int(torch.randint(1, len(inputs[row]) + 1, (1,), generator=rng))
+            slots.rollback(row, keep)
+        if step == 5:
+            slots.remove([1])  # a row leaves mid-way
+            slots.add([33, 34, 35])  # and another joins
+        slots.compact()
+    assert slots.slots < sum(len(t) for t in slots.tokens)  # compaction ran: invalid slots were dropped
+    probe = [[4], [5, 6], [7]]
+    logits = slots.extend(probe)
+    for row, tokens in enumerate(slots.tokens):
+        with torch.inference_mode():
+            fresh = model(input_ids=torch.tensor([tokens])).logits[0, -len(probe[row]):]
+        torch.testing.assert_close(logits[row], fresh, rtol=1e-9, atol=1e-9)
+
+
+def test_a_request_that_does_not_fit_is_refused_alone_and_the_batch_goes_on(decoder):
+    engine = BatchedDecoder(decoder, max_batch=4)
+    kept = engine.submit(PROMPTS[0], policy=policy("static:ngram:8"), max_new_tokens=20)
+    engine.step()
+    with pytest.raises(InvalidParameterError) as refused:
+        engine.submit(list(range(60)), policy=policy("plain"), max_new_tokens=250)  # the tiny model holds 256
+    assert refused.value.name == "max_new_tokens" or refused.value.name == "prompt"
+    assert engine.run()[kept].token_ids == alone(decoder, PROMPTS[0], "static:ngram:8", max_new_tokens=20).token_ids
+
+
+class FailingDrafter(Drafter):
+    """A lookup that raises on one request's contexts (those containing token 9)."""
+
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.ngram = NgramDrafter()
+
+    def propose(self, context, k, config, generator, early_stop=None):
+        if 9 in context:
+            raise RuntimeError("drafter bug")
+        return self.ngram.propose(context, k, config, generator)
+
+
+def test_a_drafter_failure_costs_that_row_its_drafts_only():
+    target = loaded(tiny_llama(seed=0))
+    decoder = SpeculativeDecoder(target, [FailingDrafter()])
+    engine = BatchedDecoder(decoder, max_batch=4)
+    good = engine.submit(COPY, policy=StaticPolicy("flaky", 6), max_new_tokens=30)
+    bad = engine.submit(PROMPTS[1], policy=StaticPolicy("flaky", 6), max_new_tokens=30)
+    results = engine.run()
+    plain = SpeculativeDecoder(target)
+    assert results[bad].token_ids == plain.generate(PROMPTS[1], max_new_tokens=30).token_ids
+    assert results[bad].stats.draft_tokens == 0  # every step of the failing row decoded plainly
+    assert results[good].token_ids == plain.generate(COPY, max_new_tokens=30).token_ids
+    assert results[good].stats.accepted_tokens > 0
+
+
+def test_a_learning_controller_serves_one_row_at_a_time(decoder):
+    shared = policy("adaptive")
+    engine = BatchedDecoder(decoder, max_batch=4)
+    first = engine.submit(PROMPTS[0], policy=shared, max_new_tokens=10)
+    second = engine.submit(PROMPTS[1], policy=shared, max_new_tokens=10)
+    static = engine.submit(PROMPTS[2], policy=StaticPolicy("ngram", 4), max_new_tokens=10)
+    also_static = engine.submit(PROMPTS[3], policy=StaticPolicy("ngram", 4), max_new_tokens=10)
+    engine.step()
+    assert len(engine.active) == 3 and [r.id for r in engine.waiting] == [second]  # stateless ones share
+    results = engine.run()
+    assert {first, second, static, also_static} == set(results)
+    assert results[second].token_ids == alone(decoder, PROMPTS[1], "plain", max_new_tokens=10).token_ids
+
+
+def test_what_the_batched_engine_cannot_run_is_refused_by_name():
+    target32 = loaded(tiny_llama(seed=0, dtype=torch.float32))
+    with pytest.raises(InvalidParameterError) as stateful:
+        BatchedDecoder(SpeculativeDecoder(target32, [NgramDrafter(), Int8Drafter(target32.model)]))
+    assert stateful.value.name == "drafters" and "int8" in str(stateful.value)
+    with pytest.raises(InvalidParameterError) as windowed:
+        BatchedDecoder(SpeculativeDecoder(loaded(tiny_gemma3()), [NgramDrafter()]))
+    assert windowed.value.name == "model"
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InvalidParameterError) as size:
+            BatchedDecoder(SpeculativeDecoder(loaded(tiny_llama(seed=0))), max_batch=bad)
+        assert size.value.name == "max_batch"
