@@ -32,6 +32,7 @@ from adaptive_spec.observers import ObserverSet, RequestInfo
 from adaptive_spec.prompts import check_prompt_text
 from adaptive_spec.result import GenerationResult, GenerationStats
 from adaptive_spec.sampling import logits_to_probs, sample
+from adaptive_spec.text_pieces import TextPieces
 from adaptive_spec.verifier import Verdict, rejection_sample, verify_greedy
 from policies.base import Policy
 from policies.outcome import PLAIN, Action, StepOutcome
@@ -165,27 +166,21 @@ class SpeculativeDecoder:
 
     def _stream_text(self, steps: Generator[list[int], None, GenerationResult], cfg: GenerationConfig,
                      on_result: Callable[[GenerationResult], None] | None = None) -> Iterator[str]:
-        holdback = max((len(s) for s in cfg.stop_strings), default=1) - 1
-        generated: list[int] = []
-        sent = 0
+        pieces = TextPieces(self.tokenizer, cfg.stop_strings)
         while True:
             try:
-                generated.extend(next(steps))
+                tokens = next(steps)
             except StopIteration as done:
                 if on_result is not None:
                     on_result(done.value)
-                text = done.value.text
-                if len(text) > sent:
-                    yield text[sent:]
+                rest = pieces.finish(done.value.text)
+                if rest:
+                    yield rest
                 return
-            text = self.tokenizer.decode(generated, skip_special_tokens=True)
-            safe = len(text) - holdback
-            if text.endswith("\ufffd"):  # a multi-byte character split across tokens: wait for the rest
-                safe = min(safe, len(text.rstrip("\ufffd")))
-            if safe > sent:
-                yield text[sent:safe]
+            piece = pieces.add(tokens)
+            if piece:
+                yield piece
                 self._exclusive.resumed()
-                sent = safe
 
     def policy_for(self, key: str = "", policy: Policy | None = None, force_plain: bool = False,
                    force_drafter: str | None = None, force_k: int | None = None) -> Policy:

@@ -212,6 +212,34 @@ def server_overhead_section(results_dir: Path, dates: dict | None) -> str:
                         provenance(results_dir, ["server_overhead.json"], dates, command, machine_line(data))])
 
 
+def batching_section(results_dir: Path, dates: dict | None) -> str:
+    if not (Path(results_dir) / "batching.json").exists():
+        return ""
+    data = load(results_dir, "batching.json")
+    rows = []
+    for row in data["summary"]:
+        batched = row["mode"] == "batched"
+        ratio = (f"{row['throughput_ratio']:.2f}× [{row['ratio_ci'][0]:.2f}, {row['ratio_ci'][1]:.2f}]"
+                 if batched else "1")
+        share = f"{row['speculative_step_share']:.0%}" if batched else "-"
+        rows.append([f"`{row['config']}`", row["mode"], f"{row['tokens_per_s']:.1f}", ratio, f"{row['e2e_p50_s']:.2f}",
+                     f"{row['e2e_p95_s']:.2f}", share, "yes" if row["identical"] else "**no**"])
+    what = (f"{data['requests']} requests arriving at once ([`{Path(data['prompts']).name}`]({Path(data['prompts']).name}), "
+            f"copy-heavy and open-ended alternating), {data['max_tokens']} new tokens each, greedy, every request "
+            f"with a controller of its own: served one after another by `generate` (*batch-1*) and together by "
+            f"`BatchedDecoder` with up to {data['max_batch']} rows (*batched*), the two modes interleaved over "
+            f"{data['rounds']} rounds. Output tok/s: all output tokens over the set's wall time, median of rounds; "
+            "ratio: batched over batch-1 in the same round, median and 95% bootstrap interval over rounds; E2E: "
+            "each request's latency from the common arrival, pooled over rounds; *same tokens*: every batched "
+            "request's tokens equal its batch-1 tokens.")
+    header = ["config", "mode", "output tok/s", "vs batch-1 [95% CI]", "E2E p50 s", "E2E p95 s",
+              "steps with a draft", "same tokens"]
+    command = (f".venv/bin/python -m benchmarks.batching --configs {','.join(data['configs'])} --rounds {data['rounds']} "
+               f"--requests {data['requests']} --max-tokens {data['max_tokens']} --out benchmarks/results/batching.json")
+    return "\n\n".join(["## Continuous batching", what, table(header, rows),
+                        provenance(results_dir, ["batching.json"], dates, command, machine_line(data))])
+
+
 def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
     if not (Path(results_dir) / "serve_shift.json").exists():
         return ""
@@ -350,6 +378,7 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         simulator_speed_section(results_dir, dates),
         serve_shift_section(results_dir, dates),
         server_overhead_section(results_dir, dates),
+        batching_section(results_dir, dates),
         refactor_section(results_dir, dates),
         dashboard_section(results_dir, dates),
         not_reported_section(results_dir),

@@ -168,3 +168,50 @@ def test_what_the_batched_engine_cannot_run_is_refused_by_name():
         with pytest.raises(InvalidParameterError) as size:
             BatchedDecoder(SpeculativeDecoder(loaded(tiny_llama(seed=0))), max_batch=bad)
         assert size.value.name == "max_batch"
+
+
+def test_requests_of_one_key_decode_together_each_with_a_controller_of_its_own():
+    from policies.registry import PolicyRegistry
+
+    decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0)), [NgramDrafter()], policy=PolicyRegistry("adaptive", ["ngram"]))
+    engine = BatchedDecoder(decoder, max_batch=4)
+    ids = [engine.submit(p, key="tenant-a", max_new_tokens=20) for p in PROMPTS[:3]]
+    ids.append(engine.submit(PROMPTS[3], key="tenant-a", force_plain=True, max_new_tokens=20))
+    engine.step()
+    assert len(engine.active) == 4  # one key, four rows at once
+    controllers = {id(row.policy.inner if hasattr(row.policy, "inner") else row.policy) for row in engine.active}
+    assert len(controllers) == 4 and decoder.policy.get("tenant-a") in [r.policy for r in engine.active]
+    results = engine.run()
+    for request_id, prompt in zip(ids, PROMPTS):
+        assert results[request_id].token_ids == alone(decoder, prompt, "plain", max_new_tokens=20).token_ids
+    assert results[ids[3]].stats.draft_tokens == 0  # forced plain
+
+
+def test_tokens_arrive_step_by_step_and_a_cancelled_row_leaves_the_others_exact(decoder):
+    class Ends:
+        def __init__(self):
+            self.ends = []
+
+        def on_request_start(self, request):
+            pass
+
+        def on_step(self, request, outcome, events):
+            pass
+
+        def on_request_end(self, request, result, error):
+            self.ends.append(type(error).__name__ if error else "ok")
+
+    ends = Ends()
+    observed = SpeculativeDecoder(decoder.target_model, [NgramDrafter()], observers=[ends])
+    engine = BatchedDecoder(observed, max_batch=4)
+    heard: dict[int, list[int]] = {}
+    ids = [engine.submit(p, policy=policy("static:ngram:4"), max_new_tokens=30,
+                         on_tokens=lambda t, i=i: heard.setdefault(i, []).extend(t)) for i, p in enumerate(PROMPTS[:3])]
+    for _ in range(4):
+        engine.step()
+    assert engine.cancel(ids[1]) and not engine.cancel(ids[1])
+    results = engine.run()
+    assert ids[1] not in results and sorted(ends.ends) == ["GeneratorExit", "ok", "ok"]
+    for i in (0, 2):
+        assert heard[i] == results[ids[i]].token_ids
+        assert results[ids[i]].token_ids == alone(decoder, PROMPTS[i], "static:ngram:4", max_new_tokens=30).token_ids

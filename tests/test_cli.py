@@ -38,6 +38,8 @@ def test_every_command_is_mounted():
     (["serve", "--host", "0.0.0.0"], "host"),  # other machines need an API key, or an explicit opt-out
     (["serve", "--policy", "static:ngram"], "policy"),
     (["serve", "--max-queue", "0"], "max_queue"),
+    (["serve", "--max-batch", "0"], "max_batch"),
+    (["serve", "--max-batch", "4", "--drafters", "ngram,int8"], "drafters"),  # batched rows draft by lookup only
 ])
 def test_bad_input_is_one_error_naming_the_parameter(args, name):
     result = runner.invoke(app, args)

@@ -18,11 +18,15 @@ from tiny import one_thread
 PROMPTS = ["<5> <9> <3> <5> <9> <3> <5>", "<1> <2> <3> <4> <1> <2>", "<7> <7> <8> <7> <7> <8> <7>"]
 
 
-@pytest.fixture(scope="module")
-def served():
+# every contract holds for the one-at-a-time worker and for continuous batching alike
+BATCHES = [pytest.param(1, id="batch-1"), pytest.param(4, id="batched")]
+
+
+@pytest.fixture(scope="module", params=BATCHES)
+def served(request):
     with one_thread():
         decoder = tiny_decoder()
-        with live_server(decoder) as (url, app):
+        with live_server(decoder, Settings(max_batch=request.param)) as (url, app):
             yield url, app, decoder
 
 
@@ -163,12 +167,13 @@ def test_api_key_is_required_when_set():
         assert right.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0).choices[0].text
 
 
-def test_counters_summed_over_requests_equal_the_prometheus_counters():
+@pytest.mark.parametrize("max_batch", BATCHES)
+def test_counters_summed_over_requests_equal_the_prometheus_counters(max_batch):
     from adaptive_spec.telemetry.spec import build_prometheus_observer
 
     observer = build_prometheus_observer([])
     decoder = tiny_decoder(observers=[observer], policy="static:ngram:3")  # drafts whatever the timing
-    with one_thread(), live_server(decoder) as (url, _), client(url) as http:
+    with one_thread(), live_server(decoder, Settings(max_batch=max_batch)) as (url, _), client(url) as http:
         before = _spec_counters(http.get("/metrics").text)
         drafts = accepted = 0
         for prompt in PROMPTS * 2:
@@ -194,10 +199,11 @@ def _spec_counters(text: str) -> tuple[float, float]:
     return totals["draft"], totals["accepted"]
 
 
-def test_a_client_that_leaves_mid_stream_cancels_its_request():
+@pytest.mark.parametrize("max_batch", BATCHES)
+def test_a_client_that_leaves_mid_stream_cancels_its_request(max_batch):
     counter = StepCounter()
     decoder = tiny_decoder(observers=[counter])
-    with one_thread(), live_server(decoder) as (url, app), client(url) as http:
+    with one_thread(), live_server(decoder, Settings(max_batch=max_batch)) as (url, app), client(url) as http:
         body = {"prompt": PROMPTS[1], "max_tokens": 200, "temperature": 0, "stream": True,
                 "speculation": {"mode": "off"}}  # one token per step: 200 steps if nobody stops it
         with http.stream("POST", "/v1/completions", json=body) as response:
@@ -212,10 +218,11 @@ def test_a_client_that_leaves_mid_stream_cancels_its_request():
         assert counter.steps <= steps + 3  # only the next request's steps
 
 
-def test_a_client_that_leaves_before_a_non_streamed_answer_cancels_its_request():
+@pytest.mark.parametrize("max_batch", BATCHES)
+def test_a_client_that_leaves_before_a_non_streamed_answer_cancels_its_request(max_batch):
     counter = StepCounter(delay_s=0.01)  # 240 steps: well over the client's 0.3 s
     decoder = tiny_decoder(observers=[counter])
-    settings = Settings(disconnect_poll_s=0.05)
+    settings = Settings(disconnect_poll_s=0.05, max_batch=max_batch)
     with one_thread(), live_server(decoder, settings) as (url, app):
         worker = app.state.service.worker
         body = {"prompt": PROMPTS[1], "max_tokens": 240, "temperature": 0, "speculation": {"mode": "off"}}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from adaptive_spec.server import Settings
 from server_kit import live_server, tiny_decoder, wait_until
@@ -39,10 +40,11 @@ async def _round(url: str) -> list[tuple[int, int, dict]]:
         return await asyncio.gather(*(one(i) for i in range(REQUESTS)))
 
 
-def test_200_requests_at_concurrency_16_complete_or_get_429():
+@pytest.mark.parametrize("max_batch", [pytest.param(1, id="batch-1"), pytest.param(4, id="batched")])
+def test_200_requests_at_concurrency_16_complete_or_get_429(max_batch):
     decoder = tiny_decoder(policy="static:ngram:3")
     expected = {}
-    with one_thread(), live_server(decoder, Settings(max_queue=QUEUE)) as (url, app):
+    with one_thread(), live_server(decoder, Settings(max_queue=QUEUE, max_batch=max_batch)) as (url, app):
         worker = app.state.service.worker
         rss = []
         for _ in range(3):

@@ -17,7 +17,9 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -33,6 +35,7 @@ from adaptive_spec.sampling import sample
 from adaptive_spec.verifier import verify_greedy
 from policies.base import Policy
 from policies.outcome import PLAIN, StepOutcome
+from policies.registry import PolicyRegistry, make_policy
 from policies.session import DecodeSession
 from policies.shadow import ShadowDrafts
 
@@ -60,6 +63,8 @@ class _Row:
     stop_reason: str | None = None
     started_s: float = 0.0
     drafter_failures: int = 0  # steps whose draft failed and decoded plainly instead
+    on_tokens: Callable[[list[int]], None] | None = None
+    forced: tuple | None = None  # (force_plain, force_drafter, force_k) of a row whose controller comes from a pool
 
 
 class BatchedDecoder:
@@ -89,27 +94,65 @@ class BatchedDecoder:
         self.results: dict[int, GenerationResult] = {}
         self._next_id = 0
         self._failed_drafters: set[str] = set()  # logged once each
-        self._busy: set[int] = set()  # the learning controllers serving a row now (``_controller``)
+        self._busy: set[int] = set()
+        self._pools: dict[str, list[Policy]] = {}  # key -> its controllers (``_pooled``)  # the learning controllers serving a row now (``_controller``)
 
     # -- requests ----------------------------------------------------------------------------------
 
     def submit(self, prompt: str | list[int], config: GenerationConfig | None = None, *, policy: Policy | None = None,
-               key: str = "", **overrides) -> int:
-        """Queue a request; returns its id. Bad input is refused here, before it joins a batch."""
+               key: str = "", force_plain: bool = False, force_drafter: str | None = None, force_k: int | None = None,
+               on_tokens: Callable[[list[int]], None] | None = None, **overrides) -> int:
+        """Queue a request; returns its id. Bad input is refused here, before it joins a batch.
+
+        ``policy``, ``key`` and ``force_*`` are ``SpeculativeDecoder.generate``'s. With the decoder's
+        ``PolicyRegistry`` (no ``policy``), concurrent requests of one key get controllers of their
+        own: the key's, then replicas built from the same spec (``_pooled``), each serving one row at
+        a time. ``on_tokens(ids)`` hears each step's new tokens (from the thread that steps)."""
         cfg = _config(config, overrides)
         prompt_ids = self.decoder.encode_prompt(prompt)
         limit = self.decoder.target_model.max_context
         if len(prompt_ids) + cfg.max_new_tokens > limit:
             raise context_overflow(len(prompt_ids), cfg.max_new_tokens, limit)
-        chosen = self.decoder.policy_for(key, policy)
+        forced = (force_plain, force_drafter, force_k)
+        chosen = self.decoder.policy_for(key, policy, *forced)  # checks the overrides now
+        pooled = policy is None and isinstance(self.decoder.policy, PolicyRegistry)
         generator = None
         if not cfg.greedy:
             generator = torch.Generator(device=self.slots.device)
             generator.manual_seed(cfg.seed if cfg.seed is not None else secrets.randbits(63))
-        row = _Row(self._next_id, prompt_ids, cfg, chosen, key, generator, time.perf_counter())
+        row = _Row(self._next_id, prompt_ids, cfg, chosen, key, generator, time.perf_counter(), on_tokens=on_tokens,
+                   forced=forced if pooled else None)
         self._next_id += 1
         self.waiting.append(row)
         return row.id
+
+    def cancel(self, request_id: int) -> bool:
+        """Stop a request now (its client went away): it leaves the queue or its row, without a
+        result; observers hear its end. False if it is not waiting or running."""
+        for row in self.waiting:
+            if row.id == request_id:
+                self.waiting.remove(row)
+                return True
+        for index, row in enumerate(self.active):
+            if row.id == request_id:
+                self.slots.remove([index])
+                del self.active[index]
+                self._release(row)
+                if row.info is not None:
+                    self.decoder.observers.notify("on_request_end", row.info, None, GeneratorExit())
+                return True
+        return False
+
+    def fail_all(self, exc: BaseException) -> list[int]:
+        """End every request (an error no row can survive, e.g. the forward itself failed); their ids."""
+        ids = [row.id for row in self.active] + [row.id for row in self.waiting]
+        for row in self.active:
+            self._release(row)
+            if row.info is not None:
+                self.decoder.observers.notify("on_request_end", row.info, None, exc)
+        self.active, self.waiting = [], deque()
+        self.slots.reset()
+        return ids
 
     @property
     def pending(self) -> int:
@@ -136,6 +179,8 @@ class BatchedDecoder:
         skipped: deque[_Row] = deque()
         while self.waiting and len(self.active) < self.max_batch:
             row = self.waiting.popleft()
+            if row.forced is not None:
+                row.policy = self.decoder.policy_for(row.key, self._pooled(row.key), *row.forced)
             owner = _controller(row.policy)
             if owner is not None and owner in self._busy:  # its controller serves another row: it waits its turn
                 skipped.append(row)
@@ -152,6 +197,25 @@ class BatchedDecoder:
         self.waiting.extendleft(reversed(skipped))
         return finished
 
+    def _pooled(self, key: str) -> Policy:
+        """A controller of ``key`` that serves no row now: the registry's own first, then replicas
+        from the same spec (each learns from the rows it serves), at most ``max_batch`` per key."""
+        registry: PolicyRegistry = self.decoder.policy
+        pool = self._pools.setdefault(key, [])
+        for policy in pool:
+            if _controller(policy) not in self._busy:
+                return policy
+        if len(pool) >= self.max_batch:
+            return pool[0]  # busy: the row waits for it (cannot happen with at most max_batch rows)
+        seed = (registry.seed + zlib.crc32(f"{key}#{len(pool)}".encode())) % 2**31
+        policy = registry.get(key) if not pool else make_policy(registry.spec, registry.drafters, seed, key=key,
+                                                                 **registry.kwargs)
+        pool.append(policy)
+        return policy
+
+    def _release(self, row: _Row) -> None:
+        self._busy.discard(_controller(row.policy))
+
     def _prefill(self, row: _Row) -> None:
         decoder, cfg = self.decoder, row.config
         if decoder.observers:
@@ -164,7 +228,9 @@ class BatchedDecoder:
         first = verify_greedy([], logits).next_token if cfg.greedy else int(sample(decoder._probs(logits, cfg), row.generator)[0])
         row.stats.prefill_s = decoder._now() - start
         row.context = row.prompt_ids + [first]
-        _, row.stop_reason = decoder._finish([first], row.generated, cfg)
+        new, row.stop_reason = decoder._finish([first], row.generated, cfg)
+        if row.on_tokens is not None:
+            row.on_tokens(new)
         drafters = decoder.drafters.values()
         row.session = DecodeSession(
             row.policy, cfg.max_new_tokens, key=row.key, warm_steps=decoder.cost_memory,
@@ -211,6 +277,8 @@ class BatchedDecoder:
             )
             row.stats.add_step(outcome)
             row.steps.append(outcome)
+            if row.on_tokens is not None:
+                row.on_tokens(new)
             if row.info is not None:
                 decoder.observers.notify("on_step", row.info, outcome, row.session.drain_events())
             if row.stop_reason is not None:
@@ -238,7 +306,7 @@ class BatchedDecoder:
 
     def _finish_request(self, row: _Row) -> None:
         decoder = self.decoder
-        self._busy.discard(_controller(row.policy))
+        self._release(row)
         row.stats.decode_s = decoder._now() - row.started_s - row.stats.prefill_s
         row.stats.new_tokens = len(row.generated)
         text = decoder.tokenizer.decode(row.generated, skip_special_tokens=True)

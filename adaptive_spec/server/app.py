@@ -14,7 +14,6 @@ import json
 import logging
 import secrets
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -36,6 +35,7 @@ log = logging.getLogger("adaptive_spec.server")
 class Settings:
     api_key: str | None = None
     max_queue: int = 64  # jobs waiting for the engine; one more is a 429
+    max_batch: int = 1  # jobs decoding together (continuous batching above 1)
     max_body_bytes: int = 1 << 20
     chat_max_tokens: int = 512  # a chat request without max_tokens: this, or what the context leaves
     grace_s: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
@@ -65,7 +65,12 @@ class Service:
             self.load_error = str(exc)
             return
         self.decoder = decoder
-        self.worker = EngineWorker(decoder, self.settings.max_queue)
+        if self.settings.max_batch > 1:
+            from adaptive_spec.server.batched_worker import BatchedWorker
+
+            self.worker = BatchedWorker(decoder, self.settings.max_queue, self.settings.max_batch)
+        else:
+            self.worker = EngineWorker(decoder, self.settings.max_queue)
 
     @property
     def status(self) -> str:

@@ -20,6 +20,8 @@ def serve(
     api_key: Optional[str] = typer.Option(None, envvar="ADAPTIVE_SPEC_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1 routes."),
     allow_unauthenticated: bool = typer.Option(False, help="Serve a non-loopback address without an API key."),
     max_queue: int = typer.Option(64, help="Requests waiting for the engine at most; beyond it, 429."),
+    max_batch: int = typer.Option(1, help="Requests decoded together (continuous batching above 1; drafters must "
+                                  "then be lookups: ngram, the default)."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
     grace_s: float = typer.Option(30.0, "--grace-s", help="SIGTERM: seconds for in-flight requests to finish."),
     telemetry: str = typer.Option("sqlite", help="As for generate; /metrics is always served."),
@@ -38,10 +40,17 @@ def serve(
     if not 0 <= port <= 65535:
         raise InvalidParameterError("port", port, "must be in [0, 65535]")
     _check_positive_int("max_queue", max_queue)
+    _check_positive_int("max_batch", max_batch)
     _check_positive_int("max_body_bytes", max_body_bytes)
     if not grace_s >= 0:
         raise InvalidParameterError("grace_s", grace_s, "must be >= 0")
+    if max_batch > 1 and drafters is None:
+        drafters = "ngram"  # the batched engine drafts with lookups only
     torch_device, torch_dtype, names = _runtime_and_drafters(device, dtype, drafters, "drafters")
+    unbatchable = [d for d in names if d not in ("none", "ngram")]
+    if max_batch > 1 and unbatchable:
+        raise InvalidParameterError("drafters", drafters, f"{', '.join(unbatchable)} keep a cache per request; with "
+                                    "--max-batch above 1 only lookups (ngram) are batched")
     loaded_names = [d for d in names if d != "none"]
     try:
         registry = PolicyRegistry(policy, loaded_names)
@@ -62,5 +71,6 @@ def serve(
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings(api_key=api_key, max_queue=max_queue, max_body_bytes=max_body_bytes, grace_s=grace_s)
+    settings = Settings(api_key=api_key, max_queue=max_queue, max_batch=max_batch, max_body_bytes=max_body_bytes,
+                        grace_s=grace_s)
     run(create_app(load, model, settings), host, port)
