@@ -53,9 +53,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(port: int) -> subprocess.Popen:
+def start_server(port: int, extra: list[str] | tuple[str, ...] = ()) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "adaptive_spec.cli", "serve", "--port", str(port),
-                             "--telemetry", "off", "--max-queue", "1000"],
+                             "--telemetry", "off", "--max-queue", "1000", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:

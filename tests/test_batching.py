@@ -215,3 +215,21 @@ def test_tokens_arrive_step_by_step_and_a_cancelled_row_leaves_the_others_exact(
     for i in (0, 2):
         assert heard[i] == results[ids[i]].token_ids
         assert results[ids[i]].token_ids == alone(decoder, PROMPTS[i], "static:ngram:4", max_new_tokens=30).token_ids
+
+
+def test_the_batch_cap_binds_learning_controllers_rows_only_and_keeps_outputs_exact(decoder):
+    from policies.batch_cap import BatchDraftCap
+
+    never = BatchDraftCap(caps=(0,), min_trials=0, explore=0.0)  # the batch affords no drafts at all
+    engine = BatchedDecoder(decoder, max_batch=4, draft_cap=never)
+    learning = engine.submit(COPY, policy=policy("adaptive"), max_new_tokens=30)
+    fixed = engine.submit(COPY, policy=policy("static:ngram:8"), max_new_tokens=30)
+    # a learning controller forced to a drafter by the request: the request's choice stands
+    forced = engine.submit(COPY, policy=policy("adaptive"), force_drafter="ngram", force_k=4, max_new_tokens=30)
+    results = engine.run()
+    expected = alone(decoder, COPY, "plain", max_new_tokens=30).token_ids
+    assert all(results[i].token_ids == expected for i in (learning, fixed, forced))
+    in_company = results[learning].steps[: len(results[fixed].steps)]
+    assert sum(s.proposed for s in in_company) == 0  # capped to 0 while it had company
+    assert results[fixed].stats.draft_tokens > 0 and results[forced].stats.draft_tokens > 0  # fixed and forced stand
+    assert never.measured()[0]["steps"] > 0 and never.cost(3, 5) is not None  # it measured the batch's steps

@@ -7,9 +7,14 @@ token and drafts in one forward over ragged widths (``SlotCache``); each row is 
 its own (greedy prefix or exact rejection sampling, the single-request verifier) and rolled back
 to what it accepted. Row by row the tokens are those of ``SpeculativeDecoder.generate``.
 
+The batch's speculation: every row pays for the widest row's width, so an optional
+``BatchDraftCap`` caps the drafts of the rows that learning controllers serve at the length that
+maximises the batch's tokens per second, predicted from the measured cost of the batch's shape
+and each cap's measured gain (``policies.batch_cap``). Concurrent
+requests of one traffic key get controllers of their own (``_pooled``).
+
 What it does not do yet: drafters with a model of their own (their caches are per request; only
-lookups such as ``ngram`` are batched), chunked prefill, and controllers that account for the
-batch (a controller serves one request at a time: concurrent rows need their own).
+lookups such as ``ngram`` are batched), chunked prefill, and a cap warm-started from ``calibrate``.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from adaptive_spec.observers import RequestInfo
 from adaptive_spec.result import GenerationResult, GenerationStats
 from adaptive_spec.sampling import sample
 from adaptive_spec.verifier import verify_greedy
-from policies.base import Policy
+from policies.base import OverridePolicy, Policy
+from policies.batch_cap import BatchDraftCap
 from policies.outcome import PLAIN, StepOutcome
 from policies.registry import PolicyRegistry, make_policy
 from policies.session import DecodeSession
@@ -79,7 +85,7 @@ class BatchedDecoder:
     would share controllers and drafters).
     """
 
-    def __init__(self, decoder: SpeculativeDecoder, max_batch: int = 8) -> None:
+    def __init__(self, decoder: SpeculativeDecoder, max_batch: int = 8, draft_cap: BatchDraftCap | None = None) -> None:
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise InvalidParameterError("max_batch", max_batch, "must be an integer >= 1")
         stateful = [name for name, d in decoder.drafters.items() if name != PLAIN and d.vocab_size is not None]
@@ -88,6 +94,8 @@ class BatchedDecoder:
                                         "drafts with lookups only (ngram)")
         self.decoder = decoder
         self.max_batch = max_batch
+        # caps the drafts of rows served by learning controllers, per batch size (None: never)
+        self.draft_cap = draft_cap
         self.slots = SlotCache(decoder.target.model)
         self.waiting: deque[_Row] = deque()
         self.active: list[_Row] = []  # in the slot cache's row order
@@ -242,14 +250,20 @@ class BatchedDecoder:
     def _decode_step(self) -> list[int]:
         decoder = self.decoder
         t0 = decoder._now()
+        rows = len(self.active)
+        # the batch's cap binds the rows its learning controllers serve; a fixed config or a
+        # request's own override is the caller's choice and stands (a batch of those learns nothing)
+        bound = [_controller(row.policy) is not None and not _overridden(row.policy) for row in self.active]
+        cap = self.draft_cap.choose(rows) if self.draft_cap is not None and any(bound) else None
         plans, proposals, inputs = [], [], []
-        for row in self.active:
+        for row, capped in zip(self.active, bound):
             plan = row.session.plan(len(row.generated), row.context)
             drafter = decoder.drafters.get(plan.drafter)
             if drafter is None:
                 raise InvalidParameterError("drafter", plan.drafter, f"not loaded; loaded: {', '.join(decoder.drafters)}")
             validate_draft_len(plan.action.k)
-            proposal = self._propose(row, drafter, plan.k) if plan.k > 0 else _EMPTY
+            k = min(plan.k, cap) if cap is not None and capped else plan.k
+            proposal = self._propose(row, drafter, k) if k > 0 else _EMPTY
             kept = row.session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
             plans.append(plan)
             proposals.append((proposal, proposal.tokens[:kept]))
@@ -257,6 +271,7 @@ class BatchedDecoder:
         t1 = decoder._now()
         logits = self.slots.extend(inputs)
         done: list[int] = []
+        capped_rows = capped_tokens = 0
         verdicts = []
         for index, row in enumerate(self.active):
             proposal, drafts = proposals[index]
@@ -277,12 +292,16 @@ class BatchedDecoder:
             )
             row.stats.add_step(outcome)
             row.steps.append(outcome)
+            if bound[index]:
+                capped_rows, capped_tokens = capped_rows + 1, capped_tokens + len(step_tokens)
             if row.on_tokens is not None:
                 row.on_tokens(new)
             if row.info is not None:
                 decoder.observers.notify("on_step", row.info, outcome, row.session.drain_events())
             if row.stop_reason is not None:
                 done.append(index)
+        if self.draft_cap is not None:  # every step teaches the cost; a capped one, the cap's gain
+            self.draft_cap.observe(rows, max(len(tokens) for tokens in inputs), t2 - t0, cap, capped_rows, capped_tokens)
         if done:
             self.slots.remove(done)
             for index in done:
@@ -323,3 +342,7 @@ def _controller(policy: Policy) -> int | None:
     while getattr(policy, "inner", None) is not None:
         policy = policy.inner
     return None if policy.stateless else id(policy)
+
+
+def _overridden(policy: Policy) -> bool:
+    return isinstance(policy, OverridePolicy)

@@ -19,13 +19,14 @@ from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.server.errors import APIError
 from adaptive_spec.server.worker import EngineWorker, Job
 from adaptive_spec.text_pieces import TextPieces
+from policies.batch_cap import BatchDraftCap
 
 log = logging.getLogger("adaptive_spec.server")
 
 
 class BatchedWorker(EngineWorker):
     def __init__(self, decoder, max_queue: int, max_batch: int, retry_after_s: int = 1) -> None:
-        self.engine = BatchedDecoder(decoder, max_batch=max_batch)  # before the thread starts
+        self.engine = BatchedDecoder(decoder, max_batch=max_batch, draft_cap=BatchDraftCap())  # before the thread starts
         self._jobs: dict[int, tuple[Job, TextPieces | None]] = {}  # engine request id -> job
         super().__init__(decoder, max_queue, retry_after_s)
 

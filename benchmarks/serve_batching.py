@@ -1,0 +1,139 @@
+"""The batched server under growing concurrency: ``adaptive`` against ``static:ngram:8`` and plain
+decoding, measured with ``adaptive-spec loadgen`` at several concurrencies.
+
+One ``adaptive-spec serve --max-batch N`` (policy ``adaptive``, drafter ``ngram``) serves every run;
+a config is a per-request ``speculation`` override (``static``: ngram, k = 8, which the batch's
+draft cap leaves alone; ``off``: plain), each on a traffic key of its own. Each run sends the same
+seeded requests (copy-heavy and open-ended prompts mixed) as fast as ``--max-concurrency`` lets
+it; concurrencies run in the order given, configs rotating within each. Reported per run: output
+tokens/s, end-to-end latency p50/p95, and the share of decode steps that verified a draft (from
+the responses' own statistics).
+
+    python -m benchmarks.serve_batching --concurrency 1,4,8 --requests 16 \\
+        --out benchmarks/results/serve_batching.json --plot benchmarks/results/serve_batching.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+
+from adaptive_spec.outputs import check_writable, write_json_atomic
+from benchmarks.serve_shift import CONFIGS, free_port, start_server
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def loadgen(url: str, args: argparse.Namespace, config: str, concurrency: int, out: Path) -> dict:
+    speculation, _ = CONFIGS[config]
+    command = [sys.executable, "-m", "adaptive_spec.cli", "loadgen", "--url", url, "--prompts", str(args.prompts),
+               "--rate", "inf", "--max-concurrency", str(concurrency), "--num-requests", str(args.requests),
+               "--max-tokens", str(args.max_tokens), "--temperature", "0", "--seed", str(args.seed),
+               "--traffic-key", f"serve-batching-{config}", "--extra-body", json.dumps({"speculation": speculation}),
+               "--endpoint", "chat", "--out", str(out), "--quiet"]
+    subprocess.run(command, check=True, cwd=ROOT)
+    return json.loads(out.read_text())
+
+
+def summarize(report: dict, config: str, concurrency: int) -> dict:
+    s = report["summary"]
+    served = [r["server_metrics"] for r in report["requests"] if r["ok"] and r.get("server_metrics")]
+    steps = sum(m.get("steps", 0) for m in served)
+    drafted = sum(m["speculative_decoding"]["num_spec_steps"] for m in served)
+    return {"config": config, "concurrency": concurrency, "requests": s["requests"], "completed": s["completed"],
+            "errors": s["errors"], "output_tokens_per_s": s["output_throughput"],
+            "e2el_s": {q: s["e2el_ms"][q] / 1e3 for q in ("p50", "p95")},
+            "ttft_s": {q: s["ttft_ms"][q] / 1e3 for q in ("p50", "p95")},
+            "speculative_step_share": drafted / steps if steps else 0.0, "steps": steps}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=Path, default=Path("benchmarks/shift.jsonl"))
+    parser.add_argument("--concurrency", default="1,4,8")
+    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--configs", default="adaptive,static:ngram:8,plain")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args(argv)
+    try:
+        levels = [int(c) for c in args.concurrency.split(",") if c]
+    except ValueError:
+        parser.error(f"concurrency={args.concurrency!r}: must be comma-separated integers")
+    if not levels or min(levels) < 1:
+        parser.error(f"concurrency={args.concurrency!r}: each must be >= 1")
+    configs = [c for c in args.configs.split(",") if c]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        parser.error(f"configs={args.configs!r}: unknown {unknown}; known: {', '.join(CONFIGS)}")
+    for path, name in ((args.out, "out"), (args.plot, "plot")):
+        if path is not None:
+            check_writable(path, name)
+    port = free_port()
+    server = start_server(port, ["--max-batch", str(args.max_batch), "--drafters", "ngram"])
+    runs = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        with tempfile.TemporaryDirectory() as tmp:
+            # warm-up, unrecorded: the first forwards of each shape pay for kernel selection
+            loadgen(url, argparse.Namespace(**{**vars(args), "requests": min(args.requests, args.max_batch)}),
+                    "static:ngram:8", args.max_batch, Path(tmp) / "warm.json")
+            for level_index, concurrency in enumerate(levels):
+                shift = level_index % len(configs)
+                for config in configs[shift:] + configs[:shift]:
+                    print(f"concurrency {concurrency} · {config} ...", flush=True)
+                    report = loadgen(url, args, config, concurrency, Path(tmp) / "run.json")
+                    runs.append(summarize(report, config, concurrency))
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    for run in runs:
+        print(f"{run['config']:>15} c={run['concurrency']}: {run['output_tokens_per_s']:6.1f} tok/s  E2EL p50 "
+              f"{run['e2el_s']['p50']:.2f} s p95 {run['e2el_s']['p95']:.2f} s  drafting {run['speculative_step_share']:.0%}"
+              f"  completed {run['completed']}/{run['requests']}")
+    write_json_atomic(args.out, {
+        "benchmark": "serve_batching", "prompts": str(args.prompts), "max_batch": args.max_batch,
+        "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "concurrency": levels,
+        "configs": configs, "endpoint": "chat",
+        "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
+                    "transformers": version("transformers"), "platform": platform.platform()},
+        "runs": runs}, "out")
+    print(f"wrote {args.out}")
+    if args.plot is not None:
+        plot(runs, configs, levels, args.plot)
+        print(f"wrote {args.plot}")
+
+
+def plot(runs: list[dict], configs: list[str], levels: list[int], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (speed, p95, share) = plt.subplots(1, 3, figsize=(13, 4))
+    for config in configs:
+        mine = [next(r for r in runs if r["config"] == config and r["concurrency"] == c) for c in levels]
+        speed.plot(levels, [r["output_tokens_per_s"] for r in mine], marker="o", label=config)
+        p95.plot(levels, [r["e2el_s"]["p95"] for r in mine], marker="o", label=config)
+        share.plot(levels, [100 * r["speculative_step_share"] for r in mine], marker="o", label=config)
+    speed.set(xlabel="concurrent requests", ylabel="output tokens/s (all requests)", title="Throughput", xticks=levels)
+    p95.set(xlabel="concurrent requests", ylabel="end-to-end latency p95 (s)", title="Latency", xticks=levels)
+    share.set(xlabel="concurrent requests", ylabel="decode steps that verified a draft (%)",
+              title="Speculation kept", xticks=levels, ylim=(0, 100))
+    speed.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()

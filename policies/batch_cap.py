@@ -1,0 +1,150 @@
+"""How much speculation a batch can afford, from the batch's own measured costs.
+
+In a padded batch every row pays for the widest row: a step scores ``rows x width`` tokens, so
+one row's long draft makes every other row's step dearer, and a draft that pays alone may not pay
+in a full batch. The batched engine therefore caps the drafts of the rows its learning
+controllers serve at a common length, ``cap`` (0: they decode plainly this step), and this
+controller picks the cap that maximises the batch's goodput, from two things it measures on the
+engine's own steps (no hand-set table):
+
+- the step's cost as a function of the batch's shape, ``seconds = a + b * rows + c * rows * width
+  + d * rows * [width > 1]``, fitted by decayed least squares over every step (any batch size, any
+  cap): the last term is the jump from one-token rows to multi-token ones, which on CPU costs more
+  than the width alone says (other matrix kernels);
+- per cap, what one capped row gains per step: tokens emitted (1 + accepted drafts) and the batch
+  width the cap led to, decayed means over every step taken under that cap.
+
+Predicted goodput of cap ``c`` at ``rows`` rows: ``rows * tokens(c) / cost(rows, width(c))``. As a
+batch fills, the wider forward costs more per row than the drafts bring, so the chosen cap shrinks
+(to 0 where nothing pays), and grows back as the batch empties or the traffic copies more. A single
+row is never capped: its own controller already weighs its drafts against plain decoding. Each cap
+is tried ``min_trials`` times first; afterwards a fraction ``explore`` of steps tries a random cap
+(seeded), so a cap that lost under other traffic is measured again.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from policies.validation import check_int
+
+CAPS = (0, 2, 4, 8, 16)
+
+
+@dataclass
+class _Mean:
+    value: float = 0.0
+    weight: float = 0.0
+    count: int = 0
+
+    def add(self, x: float, decay: float) -> None:
+        self.weight = self.weight * decay + 1.0
+        self.value += (x - self.value) / self.weight
+        self.count += 1
+
+
+@dataclass
+class BatchDraftCap:
+    caps: tuple[int, ...] = CAPS
+    decay: float = 0.99  # per step: a half-life of ~70 steps, for costs and for each cap's gains
+    min_trials: int = 3
+    explore: float = 0.05
+    seed: int = 0
+    _tokens: dict[int, _Mean] = field(default_factory=dict, repr=False)  # cap -> tokens per capped row-step
+    _width: dict[int, _Mean] = field(default_factory=dict, repr=False)  # cap -> the batch's width
+    _xtx: list[list[float]] = field(default_factory=lambda: [[0.0] * 4 for _ in range(4)], repr=False)
+    _xty: list[float] = field(default_factory=lambda: [0.0] * 4, repr=False)
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.caps or any(not isinstance(c, int) or isinstance(c, bool) or c < 0 for c in self.caps):
+            raise ValueError(f"caps must be integers >= 0, got caps={self.caps!r}")
+        if not 0 < self.decay <= 1:
+            raise ValueError(f"decay must be in (0, 1], got decay={self.decay!r}")
+        check_int("min_trials", self.min_trials, 0)
+        if not 0 <= self.explore <= 1:
+            raise ValueError(f"explore must be in [0, 1], got explore={self.explore!r}")
+        self._rng = random.Random(self.seed)
+
+    # -- choosing ------------------------------------------------------------------------------------
+
+    def choose(self, rows: int) -> int | None:
+        """The cap for a step of ``rows`` rows; None: no cap (a single row)."""
+        if rows <= 1:
+            return None
+        untried = [c for c in self.caps if self._tokens.get(c, _Mean()).count < self.min_trials]
+        if untried:
+            return untried[0]
+        if self._rng.random() < self.explore:
+            return self._rng.choice(self.caps)
+        predicted = self.predicted_goodput(rows)
+        return max(self.caps, key=lambda c: predicted.get(c, 0.0))
+
+    def predicted_goodput(self, rows: int) -> dict[int, float]:
+        """Tokens per second the batch would make at ``rows`` rows under each measured cap."""
+        out = {}
+        for cap in self.caps:
+            tokens, width = self._tokens.get(cap), self._width.get(cap)
+            if tokens is None or not tokens.count:
+                continue
+            seconds = self.cost(rows, width.value)
+            if seconds is not None and seconds > 0:
+                out[cap] = rows * tokens.value / seconds
+        return out
+
+    def cost(self, rows: int, width: float) -> float | None:
+        """Predicted seconds of a step of ``rows`` rows ``width`` tokens wide; None before the fit."""
+        coef = _solve(self._xtx, self._xty)
+        if coef is None:
+            return None
+        return sum(c * x for c, x in zip(coef, _features(rows, width)))
+
+    # -- learning ------------------------------------------------------------------------------------
+
+    def observe(self, rows: int, width: int, seconds: float, cap: int | None = None, capped_rows: int = 0,
+                capped_tokens: int = 0) -> None:
+        """A step of ``rows`` rows, ``width`` tokens wide, took ``seconds``; under ``cap`` (None: no
+        cap applied) its ``capped_rows`` rows emitted ``capped_tokens`` tokens."""
+        if seconds <= 0 or rows < 1 or width < 1:
+            return
+        x = _features(rows, width)
+        for i in range(4):
+            self._xty[i] = self._xty[i] * self.decay + x[i] * seconds
+            for j in range(4):
+                self._xtx[i][j] = self._xtx[i][j] * self.decay + x[i] * x[j]
+        if cap is not None and capped_rows > 0:
+            self._tokens.setdefault(cap, _Mean()).add(capped_tokens / capped_rows, self.decay)
+            self._width.setdefault(cap, _Mean()).add(width, self.decay)
+
+    def measured(self) -> dict[int, dict[str, float]]:
+        """Per tried cap: tokens per capped row-step and the batch width it led to."""
+        return {cap: {"tokens_per_row_step": m.value, "width": self._width[cap].value, "steps": m.count}
+                for cap, m in sorted(self._tokens.items()) if m.count}
+
+
+def _features(rows: int, width: float) -> tuple[float, ...]:
+    return 1.0, float(rows), float(rows * width), float(rows) if width > 1 else 0.0
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """``a x = b`` for a small system (Gaussian elimination, partial pivoting) with a little ridge,
+    so that steps all of one batch size (``1`` and ``rows`` collinear) still give a usable fit;
+    None before any step."""
+    scale = max((abs(v) for row in a for v in row), default=0.0)
+    if scale == 0:
+        return None
+    # a column never seen (no multi-token step yet) gets a weight of 0 rather than no solution
+    m = [[v * (1 + 1e-6) + 1e-12 * scale if i == j else v for j, v in enumerate(row)] + [rhs]
+         for i, (row, rhs) in enumerate(zip(a, b))]
+    n = len(b)
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-12 * scale:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [v - f * p for v, p in zip(m[r], m[col])]
+    return [m[i][n] / m[i][i] for i in range(n)]

@@ -1,0 +1,63 @@
+"""The batch's draft cap (issue 17): chosen from measured step costs and measured gains, no table."""
+
+import pytest
+
+from policies.batch_cap import BatchDraftCap
+
+
+def cpu_like_cost(rows: int, width: int) -> float:
+    """A forward that costs more the more tokens it scores, with a jump from one-token rows to
+    multi-token ones (the shape the cap must discover)."""
+    return 0.06 + 0.002 * rows + 0.012 * rows * width + (0.01 * rows if width > 1 else 0.0)
+
+
+def run(cap: BatchDraftCap, rows: int, gains: dict[int, float], widths: dict[int, int], steps: int) -> list[int]:
+    chosen = []
+    for _ in range(steps):
+        c = cap.choose(rows)
+        chosen.append(c)
+        width = widths[c]
+        cap.observe(rows, width, cpu_like_cost(rows, width), c, rows, round(gains[c] * rows))
+    return chosen
+
+
+def test_a_single_row_is_never_capped():
+    assert BatchDraftCap().choose(1) is None
+
+
+def test_the_step_cost_is_learned_as_a_function_of_the_batch_shape():
+    cap = BatchDraftCap()
+    for rows in (2, 5, 8):
+        for width in (1, 3, 9, 17):
+            cap.observe(rows, width, cpu_like_cost(rows, width))
+    for rows, width in ((3, 5), (8, 1), (6, 12)):
+        assert cap.cost(rows, width) == pytest.approx(cpu_like_cost(rows, width), rel=1e-3)
+
+
+def test_drafts_that_pay_in_a_small_batch_are_cut_in_a_full_one():
+    # each capped row emits 1 token plainly, more with longer drafts (diminishing), and widens the batch
+    gains, widths = {0: 1.0, 2: 2.0, 4: 2.5, 8: 3.0, 16: 3.5}, {0: 1, 2: 3, 4: 5, 8: 9, 16: 17}
+    cap = BatchDraftCap(explore=0.0)
+    run(cap, 2, gains, widths, 40)
+    run(cap, 3, gains, widths, 40)
+    for rows in (2, 8):  # the fitted cost serves batch sizes not measured (8) too
+        predicted = cap.predicted_goodput(rows)
+        truth = {c: rows * gains[c] / cpu_like_cost(rows, widths[c]) for c in gains}
+        assert max(predicted, key=predicted.get) == max(truth, key=truth.get), (rows, predicted, truth)
+    assert (cap.choose(2), cap.choose(8)) == (2, 0)
+
+
+def test_traffic_that_stops_copying_moves_the_cap_down():
+    widths = {0: 1, 2: 3, 4: 5, 8: 9, 16: 17}
+    cap = BatchDraftCap(explore=0.1, seed=2)
+    copying = {0: 1.0, 2: 2.9, 4: 4.8, 8: 8.5, 16: 15.0}  # drafts almost always accepted
+    assert run(cap, 4, copying, widths, 200)[-1] >= 8
+    open_ended = {0: 1.0, 2: 1.1, 4: 1.1, 8: 1.15, 16: 1.2}  # almost never
+    chosen = run(cap, 4, open_ended, widths, 400)
+    assert sum(c == 0 for c in chosen[-100:]) >= 85  # exploration aside, plain decoding
+
+
+@pytest.mark.parametrize("kwargs", [{"caps": ()}, {"caps": (-1,)}, {"decay": 0.0}, {"explore": 2.0}, {"min_trials": -1}])
+def test_bad_settings_are_refused_by_name(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        BatchDraftCap(**kwargs)
