@@ -233,3 +233,26 @@ def test_the_batch_cap_binds_learning_controllers_rows_only_and_keeps_outputs_ex
     assert sum(s.proposed for s in in_company) == 0  # capped to 0 while it had company
     assert results[fixed].stats.draft_tokens > 0 and results[forced].stats.draft_tokens > 0  # fixed and forced stand
     assert never.measured()[0]["steps"] > 0 and never.cost(3, 5) is not None  # it measured the batch's steps
+
+
+def test_a_failed_prefill_leaves_its_request_to_the_recovery_not_lost(decoder, monkeypatch):
+    engine = BatchedDecoder(decoder, max_batch=4)
+    running = engine.submit(PROMPTS[0], policy=policy("plain"), max_new_tokens=10)
+    engine.step()
+    broken = engine.submit(PROMPTS[1], policy=policy("plain"), max_new_tokens=10)
+    monkeypatch.setattr(engine.slots, "add", lambda prompt: (_ for _ in ()).throw(RuntimeError("out of memory")))
+    with pytest.raises(RuntimeError):
+        engine.step()
+    assert sorted(engine.fail_all(RuntimeError("out of memory"))) == [running, broken]  # both told, none lost
+    assert engine.pending == 0 and engine.slots.rows == 0
+
+
+def test_controller_pools_are_bounded_like_the_registry():
+    from policies.registry import PolicyRegistry
+
+    registry = PolicyRegistry("adaptive", ["ngram"], max_keys=3)
+    engine = BatchedDecoder(SpeculativeDecoder(loaded(tiny_llama(seed=0)), [NgramDrafter()], policy=registry), max_batch=2)
+    for i in range(10):
+        engine.submit(PROMPTS[2], key=f"user-{i}", max_new_tokens=3)
+    engine.run()
+    assert len(engine._pools) <= 3 and "user-9" in engine._pools

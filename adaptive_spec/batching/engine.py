@@ -23,7 +23,7 @@ import logging
 import secrets
 import time
 import zlib
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -103,7 +103,7 @@ class BatchedDecoder:
         self._next_id = 0
         self._failed_drafters: set[str] = set()  # logged once each
         self._busy: set[int] = set()
-        self._pools: dict[str, list[Policy]] = {}  # key -> its controllers (``_pooled``)  # the learning controllers serving a row now (``_controller``)
+        self._pools: OrderedDict[str, list[Policy]] = OrderedDict()  # key -> its controllers (``_pooled``)  # the learning controllers serving a row now (``_controller``)
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -193,7 +193,12 @@ class BatchedDecoder:
             if owner is not None and owner in self._busy:  # its controller serves another row: it waits its turn
                 skipped.append(row)
                 continue
-            self._prefill(row)
+            try:
+                self._prefill(row)
+            except BaseException:  # back in the queue, so the caller's recovery (fail_all) ends it too
+                self.waiting.appendleft(row)
+                self.waiting.extendleft(reversed(skipped))
+                raise
             if row.stop_reason is not None:
                 self.slots.remove([self.slots.rows - 1])
                 self._finish_request(row)
@@ -210,6 +215,13 @@ class BatchedDecoder:
         from the same spec (each learns from the rows it serves), at most ``max_batch`` per key."""
         registry: PolicyRegistry = self.decoder.policy
         pool = self._pools.setdefault(key, [])
+        self._pools.move_to_end(key)
+        while len(self._pools) > registry.max_keys:  # bounded as the registry is: idle keys go first
+            idle = next((k for k, p in self._pools.items() if k != key and all(_controller(c) not in self._busy for c in p)),
+                        None)
+            if idle is None:
+                break
+            del self._pools[idle]
         for policy in pool:
             if _controller(policy) not in self._busy:
                 return policy
