@@ -19,7 +19,11 @@ batch fills, the wider forward costs more per row than the drafts bring, so the 
 (to 0 where nothing pays), and grows back as the batch empties or the traffic copies more. A single
 row is never capped: its own controller already weighs its drafts against plain decoding. Each cap
 is tried ``min_trials`` times first; afterwards a fraction ``explore`` of steps tries a random cap
-(seeded), so a cap that lost under other traffic is measured again.
+(seeded), so a cap that lost under other traffic is measured again, and cap 0 (plain decoding, the
+baseline every other cap must beat) is taken at least once every ``plain_every`` batched steps: the
+cost fit needs one-token-wide steps of full batches to price the jump to multi-token rows, and a
+cap that keeps winning would otherwise starve it of them (a full batch then drifts into drafting
+that loses, priced from stale costs).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ class BatchDraftCap:
     decay: float = 0.99  # per step: a half-life of ~70 steps, for costs and for each cap's gains
     min_trials: int = 3
     explore: float = 0.05
+    plain_every: int = 32
     seed: int = 0
     _tokens: dict[int, _Mean] = field(default_factory=dict, repr=False)  # cap -> tokens per capped row-step
     _width: dict[int, _Mean] = field(default_factory=dict, repr=False)  # cap -> the batch's width
@@ -63,6 +68,8 @@ class BatchDraftCap:
         if not 0 < self.decay <= 1:
             raise ValueError(f"decay must be in (0, 1], got decay={self.decay!r}")
         check_int("min_trials", self.min_trials, 0)
+        check_int("plain_every", self.plain_every, 1)
+        self._steps = self._last_plain = 0  # batched steps chosen for, and the last one that was plain
         if not 0 <= self.explore <= 1:
             raise ValueError(f"explore must be in [0, 1], got explore={self.explore!r}")
         self._rng = random.Random(self.seed)
@@ -73,13 +80,20 @@ class BatchDraftCap:
         """The cap for a step of ``rows`` rows; None: no cap (a single row)."""
         if rows <= 1:
             return None
+        self._steps += 1
         untried = [c for c in self.caps if self._tokens.get(c, _Mean()).count < self.min_trials]
         if untried:
-            return untried[0]
-        if self._rng.random() < self.explore:
-            return self._rng.choice(self.caps)
-        predicted = self.predicted_goodput(rows)
-        return max(self.caps, key=lambda c: predicted.get(c, 0.0))
+            chosen = untried[0]
+        elif 0 in self.caps and self._steps - self._last_plain >= self.plain_every:
+            chosen = 0
+        elif self._rng.random() < self.explore:
+            chosen = self._rng.choice(self.caps)
+        else:
+            predicted = self.predicted_goodput(rows)
+            chosen = max(self.caps, key=lambda c: predicted.get(c, 0.0))
+        if chosen == 0:
+            self._last_plain = self._steps
+        return chosen
 
     def predicted_goodput(self, rows: int) -> dict[int, float]:
         """Tokens per second the batch would make at ``rows`` rows under each measured cap."""

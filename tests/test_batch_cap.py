@@ -57,7 +57,16 @@ def test_traffic_that_stops_copying_moves_the_cap_down():
     assert sum(c == 0 for c in chosen[-100:]) >= 85  # exploration aside, plain decoding
 
 
-@pytest.mark.parametrize("kwargs", [{"caps": ()}, {"caps": (-1,)}, {"decay": 0.0}, {"explore": 2.0}, {"min_trials": -1}])
+def test_plain_decoding_is_measured_again_however_long_drafting_wins():
+    widths = {0: 1, 2: 3, 4: 5, 8: 9, 16: 17}
+    copying = {0: 1.0, 2: 2.9, 4: 4.8, 8: 8.5, 16: 15.0}
+    cap = BatchDraftCap(explore=0.0, plain_every=20)
+    chosen = run(cap, 4, copying, widths, 215)[15:]  # after the first trials
+    assert chosen.count(0) == 10 and max(len(run_) for run_ in "".join("x" if c else "." for c in chosen).split(".")) < 20
+
+
+@pytest.mark.parametrize("kwargs", [{"caps": ()}, {"caps": (-1,)}, {"decay": 0.0}, {"explore": 2.0}, {"min_trials": -1},
+                                    {"plain_every": 0}])
 def test_bad_settings_are_refused_by_name(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         BatchDraftCap(**kwargs)
