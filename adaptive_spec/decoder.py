@@ -205,6 +205,36 @@ class SpeculativeDecoder:
             return OverridePolicy(base, Action(force_drafter, force_k))
         return base
 
+    # -- one request's pieces, shared with the batched engine (adaptive_spec.batching) ----------------
+
+    def check_fits(self, prompt_ids: list[int], cfg: GenerationConfig) -> None:
+        """Prompt + ``max_new_tokens`` must fit the model's context (an error naming the limits)."""
+        limit = self.target_model.max_context
+        if len(prompt_ids) + cfg.max_new_tokens > limit:
+            raise context_overflow(len(prompt_ids), cfg.max_new_tokens, limit)
+
+    def new_generator(self, cfg: GenerationConfig) -> torch.Generator | None:
+        """The request's random generator (seeded by ``cfg.seed`` when given); None when greedy."""
+        if cfg.greedy:
+            return None
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(cfg.seed if cfg.seed is not None else secrets.randbits(63))
+        return generator
+
+    def first_token(self, logits: torch.Tensor, cfg: GenerationConfig, generator) -> int:
+        """The token after the prompt, from the prefill's last logits."""
+        return verify_greedy([], logits).next_token if cfg.greedy else int(sample(self._probs(logits, cfg), generator)[0])
+
+    def new_session(self, policy: Policy, cfg: GenerationConfig, key: str) -> DecodeSession:
+        """The controller's view of one request: budget, match gate, early stop, shadow drafts."""
+        drafters = self.drafters.values()
+        return DecodeSession(
+            policy, cfg.max_new_tokens, key=key, warm_steps=self.cost_memory,
+            gated={d.name for d in drafters if d.reports_match_order},
+            stoppable={d.name for d in drafters if d.vocab_size},
+            shadow=ShadowDrafts([d for d in drafters if d.name != PLAIN and d.vocab_size is None], policy),
+        )
+
     # -- the loop ----------------------------------------------------------------------------------
 
     def _decode(self, prompt, cfg: GenerationConfig, policy: Policy, key: str) -> Generator[list[int], None, GenerationResult]:
@@ -224,13 +254,8 @@ class SpeculativeDecoder:
 
     def _decode_steps(self, prompt_ids: list[int], cfg: GenerationConfig, policy: Policy, key: str,
                       request: RequestInfo | None) -> Generator[list[int], None, GenerationResult]:
-        limit = self.target_model.max_context
-        if len(prompt_ids) + cfg.max_new_tokens > limit:
-            raise context_overflow(len(prompt_ids), cfg.max_new_tokens, limit)
-        generator = None
-        if not cfg.greedy:
-            generator = torch.Generator(device=self.device)
-            generator.manual_seed(cfg.seed if cfg.seed is not None else secrets.randbits(63))
+        self.check_fits(prompt_ids, cfg)
+        generator = self.new_generator(cfg)
         for drafter in self.drafters.values():
             drafter.reset()
         self.target.reset()
@@ -241,19 +266,14 @@ class SpeculativeDecoder:
         # 1. prefill: the target reads the prompt; its last position gives the first new token
         start = self._now()
         logits = self.target.extend(prompt_ids, num_logits=1)  # [1, vocab]
-        first = verify_greedy([], logits).next_token if cfg.greedy else int(sample(self._probs(logits, cfg), generator)[0])
+        first = self.first_token(logits, cfg, generator)
         stats.prefill_s = self._now() - start
         context = prompt_ids + [first]
         generated: list[int] = []
         new, stop_reason = self._finish([first], generated, cfg)
         yield new
 
-        session = DecodeSession(
-            policy, cfg.max_new_tokens, key=key, warm_steps=self.cost_memory,
-            gated={d.name for d in self.drafters.values() if d.reports_match_order},
-            stoppable={d.name for d in self.drafters.values() if d.vocab_size},
-            shadow=ShadowDrafts([d for d in self.drafters.values() if d.name != PLAIN and d.vocab_size is None], policy),
-        )
+        session = self.new_session(policy, cfg, key)
         decode_start = self._now()
         while stop_reason is None:
             outcome, new, stop_reason = self._step(session, context, generated, cfg, generator)

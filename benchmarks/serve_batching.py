@@ -66,6 +66,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args(argv)
+    for name in ("max_batch", "requests", "max_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"{name}={getattr(args, name)}: must be >= 1")
     try:
         levels = [int(c) for c in args.concurrency.split(",") if c]
     except ValueError:

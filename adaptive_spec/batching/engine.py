@@ -20,7 +20,6 @@ lookups such as ``ngram`` are batched), chunked prefill, and a cap warm-started 
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 import zlib
 from collections import OrderedDict, deque
@@ -30,20 +29,17 @@ from dataclasses import dataclass, field
 import torch
 
 from adaptive_spec.batching.slots import SlotCache
-from adaptive_spec.config import GenerationConfig, context_overflow, validate_draft_len
+from adaptive_spec.config import GenerationConfig, validate_draft_len
 from adaptive_spec.decoder import SpeculativeDecoder, _config
 from adaptive_spec.drafters.base import Proposal
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.observers import RequestInfo
 from adaptive_spec.result import GenerationResult, GenerationStats
-from adaptive_spec.sampling import sample
-from adaptive_spec.verifier import verify_greedy
 from policies.base import OverridePolicy, Policy
 from policies.batch_cap import BatchDraftCap
 from policies.outcome import PLAIN, StepOutcome
 from policies.registry import PolicyRegistry, make_policy
 from policies.session import DecodeSession
-from policies.shadow import ShadowDrafts
 
 _EMPTY = Proposal(tokens=[])
 log = logging.getLogger(__name__)
@@ -118,16 +114,11 @@ class BatchedDecoder:
         a time. ``on_tokens(ids)`` hears each step's new tokens (from the thread that steps)."""
         cfg = _config(config, overrides)
         prompt_ids = self.decoder.encode_prompt(prompt)
-        limit = self.decoder.target_model.max_context
-        if len(prompt_ids) + cfg.max_new_tokens > limit:
-            raise context_overflow(len(prompt_ids), cfg.max_new_tokens, limit)
+        self.decoder.check_fits(prompt_ids, cfg)
         forced = (force_plain, force_drafter, force_k)
         chosen = self.decoder.policy_for(key, policy, *forced)  # checks the overrides now
         pooled = policy is None and isinstance(self.decoder.policy, PolicyRegistry)
-        generator = None
-        if not cfg.greedy:
-            generator = torch.Generator(device=self.slots.device)
-            generator.manual_seed(cfg.seed if cfg.seed is not None else secrets.randbits(63))
+        generator = self.decoder.new_generator(cfg)
         row = _Row(self._next_id, prompt_ids, cfg, chosen, key, generator, time.perf_counter(), on_tokens=on_tokens,
                    forced=forced if pooled else None)
         self._next_id += 1
@@ -245,19 +236,13 @@ class BatchedDecoder:
         row.started_s = start = decoder._now()
         row.stats.prompt_tokens = len(row.prompt_ids)
         logits = self.slots.add(row.prompt_ids)
-        first = verify_greedy([], logits).next_token if cfg.greedy else int(sample(decoder._probs(logits, cfg), row.generator)[0])
+        first = decoder.first_token(logits, cfg, row.generator)
         row.stats.prefill_s = decoder._now() - start
         row.context = row.prompt_ids + [first]
         new, row.stop_reason = decoder._finish([first], row.generated, cfg)
         if row.on_tokens is not None:
             row.on_tokens(new)
-        drafters = decoder.drafters.values()
-        row.session = DecodeSession(
-            row.policy, cfg.max_new_tokens, key=row.key, warm_steps=decoder.cost_memory,
-            gated={d.name for d in drafters if d.reports_match_order},
-            stoppable={d.name for d in drafters if d.vocab_size},
-            shadow=ShadowDrafts([d for d in drafters if d.name != PLAIN and d.vocab_size is None], row.policy),
-        )
+        row.session = decoder.new_session(row.policy, cfg, row.key)
 
     def _decode_step(self) -> list[int]:
         decoder = self.decoder
