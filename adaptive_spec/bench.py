@@ -27,7 +27,7 @@ import transformers
 
 from adaptive_spec.config import GenerationConfig
 from adaptive_spec.decoder import SpeculativeDecoder
-from adaptive_spec.drafters import build_drafter
+from adaptive_spec.drafters import HistoryStore, SuffixDrafter, build_drafter
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.hf_peers import HF_PEERS, HFPeer
 from adaptive_spec.models import LoadedModel
@@ -37,6 +37,8 @@ from policies.base import Policy
 from policies.registry import make_policy, parse_spec
 
 ADAPTIVE_DRAFTERS = ("ngram", "int8")  # what `adaptive` may choose from in the benchmark
+# `adaptive` with the suffix drafter available too (drafting from the outputs of earlier prompts)
+ADAPTIVE_SUFFIX = "adaptive-suffix"
 
 
 @dataclass
@@ -54,6 +56,9 @@ def parse_config(name: str) -> BenchConfig:
     ``heuristic:ngram``, ``adaptive+max_k=8``). ``adaptive`` chooses among ``ADAPTIVE_DRAFTERS``."""
     if name in HF_PEERS:
         return BenchConfig(name, ("int8",) if name == "hf-assisted-int8" else (), peer=name)
+    if name == ADAPTIVE_SUFFIX:
+        drafters = (*ADAPTIVE_DRAFTERS, "suffix")
+        return BenchConfig(name, drafters, lambda: make_policy("adaptive", list(drafters)))
     try:
         spec = parse_spec(name)
     except ValueError as exc:
@@ -83,7 +88,12 @@ def run_bench(
     Every round's figures are kept (``per_round``) and compared in pairs (``paired``); each
     (config, prompt) of ``configs`` is reported by its median round (its seconds, and that round's
     steps). Controllers stay long-lived across rounds, as in a service that sees the same traffic
-    again."""
+    again.
+
+    A config with the ``suffix`` drafter has a decoder and a history of past outputs of its own,
+    emptied at the start of every round: within a round it drafts from the outputs of the prompts
+    before the current one, in file order, as a service seeing that stream once would; never from
+    another config's answer to the same prompt, nor from an earlier round's."""
     if not (isinstance(rounds, int) and rounds >= 1):
         raise InvalidParameterError("rounds", rounds, "must be an integer >= 1")
     ids = [p.id for p in prompts]
@@ -93,9 +103,12 @@ def run_bench(
     configs = [parse_config(name) for name in config_names]
     if "plain" not in config_names:
         configs.insert(0, parse_config("plain"))  # the reference every output is compared with
-    drafter_specs = sorted({d for c in configs for d in c.drafters if d != "none"})
+    drafter_specs = sorted({d for c in configs for d in c.drafters if d not in ("none", "suffix")})
     drafters = {spec: build_drafter(spec, target) for spec in drafter_specs}
     decoder = SpeculativeDecoder(target, drafters.values(), observers=observers)
+    histories = {c.name: HistoryStore() for c in configs if "suffix" in c.drafters}
+    decoders = {name: SpeculativeDecoder(target, [*drafters.values(), SuffixDrafter(store)], observers=observers)
+                for name, store in histories.items()}
     gen_cfg = GenerationConfig(max_new_tokens=max_new_tokens)
     peers = {
         c.name: HFPeer(c.peer, target.model, decoder.eos_ids, drafters["int8"].lm.model if c.peer == "hf-assisted-int8" else None)
@@ -107,7 +120,7 @@ def run_bench(
         if c.peer:
             tokens, seconds = peers[c.name].generate(ids, cfg.max_new_tokens)
             return {"token_ids": tokens, "seconds": seconds}
-        result = decoder.generate(ids, cfg, policy=c.policy)
+        result = decoders.get(c.name, decoder).generate(ids, cfg, policy=c.policy)
         s = result.stats
         out = {"token_ids": result.token_ids, "seconds": s.elapsed_s, "acceptance_rate": s.acceptance_rate,
                "mean_acceptance_length": s.mean_acceptance_length, "steps": s.steps, "drafts": s.drafts,
@@ -128,6 +141,8 @@ def run_bench(
     names = [c.name for c in configs]
     by_name = {c.name: c for c in configs}
     for round_ in range(rounds):
+        for store in histories.values():
+            store.clear()
         for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
             for position, name in enumerate(schedule(names, round_, i)):
                 if progress:
@@ -159,6 +174,8 @@ def per_round_block(prompts: list[Prompt], names: list[str], runs: dict[tuple[st
             "new_tokens": [[r["new_tokens"] for r in per_prompt] for per_prompt in rows],
             "equals_plain": [[r["token_ids"] == ref for r in per_prompt] for per_prompt, ref in zip(rows, reference)],
             "position": [[r["position"] for r in per_prompt] for per_prompt in rows],
+            # drafted tokens the verifier accepted (None for transformers' peers, which do not say)
+            "accepted_tokens": [[r.get("accepted_tokens") for r in per_prompt] for per_prompt in rows],
         }
     return {"prompt_ids": [p.id for p in prompts], "kinds": [p.kind for p in prompts],
             "order": "configs rotated left by (round + prompt index) each prompt of each round", "configs": configs}

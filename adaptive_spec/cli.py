@@ -137,7 +137,7 @@ def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="Prompt text (a chat template is applied for chat models). Text that is not valid UTF-8 is rejected, not replaced."),
     model: str = typer.Option("smollm2", help="smollm2 | gemma3 | a local Hugging Face folder | a hub id."),
     policy: str = typer.Option("adaptive", help=POLICY_HELP),
-    drafter: Optional[str] = typer.Option(None, help="Comma-separated drafters: none | ngram | int8 | model:<path>. static and heuristic use the first. Default: what the device runs, ngram,int8 on CPU, ngram on CUDA (int8 is CPU only)."),
+    drafter: Optional[str] = typer.Option(None, help="Comma-separated drafters: none | ngram | suffix | int8 | model:<path>. static and heuristic use the first. Default: what the device runs, ngram,int8 on CPU, ngram on CUDA (int8 is CPU only)."),
     k: int = typer.Option(8, help="Draft length for the static policy (0 = plain decoding)."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens to generate at most."),
     temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples (exact rejection sampling)."),
@@ -188,7 +188,7 @@ def generate(
 def bench(
     prompts: Path = typer.Option(..., "--prompts", help="JSONL, one object a line: id (unique), prompt (UTF-8 text), optional kind, split and source."),
     split: str | None = typer.Option(None, "--split", help="Only the prompts of this split (dev: tuning may look at it; test: published tables), e.g. of benchmarks/corpus/corpus.jsonl."),
-    configs: str = typer.Option("plain,static:ngram:8,hf-plain,hf-prompt-lookup", help="Comma-separated configs: plain, static:<drafter>:<k>, heuristic:<drafter>, adaptive, hf-plain, hf-prompt-lookup, hf-assisted-int8."),
+    configs: str = typer.Option("plain,static:ngram:8,hf-plain,hf-prompt-lookup", help="Comma-separated configs: plain, static:<drafter>:<k>, heuristic:<drafter>, adaptive, adaptive-suffix (adaptive with the suffix drafter, drafting from earlier prompts' outputs), hf-plain, hf-prompt-lookup, hf-assisted-int8."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens"),
     model: str = typer.Option("smollm2"),
     out: Path = typer.Option(Path("bench.json"), "--out", help="Where to write the JSON results."),

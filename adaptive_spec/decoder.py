@@ -225,9 +225,17 @@ class SpeculativeDecoder:
         """The token after the prompt, from the prefill's last logits."""
         return verify_greedy([], logits).next_token if cfg.greedy else int(sample(self._probs(logits, cfg), generator)[0])
 
-    def new_session(self, policy: Policy, cfg: GenerationConfig, key: str) -> DecodeSession:
+    def request_drafters(self, key: str) -> dict[str, Drafter]:
+        """The drafters one request of traffic key ``key`` uses (``Drafter.for_request``), reset."""
+        drafters = {name: drafter.for_request(key) for name, drafter in self.drafters.items()}
+        for drafter in drafters.values():
+            drafter.reset()
+        return drafters
+
+    def new_session(self, policy: Policy, cfg: GenerationConfig, key: str,
+                    drafters: dict[str, Drafter] | None = None) -> DecodeSession:
         """The controller's view of one request: budget, match gate, early stop, shadow drafts."""
-        drafters = self.drafters.values()
+        drafters = (self.drafters if drafters is None else drafters).values()
         return DecodeSession(
             policy, cfg.max_new_tokens, key=key, warm_steps=self.cost_memory,
             gated={d.name for d in drafters if d.reports_match_order},
@@ -256,8 +264,7 @@ class SpeculativeDecoder:
                       request: RequestInfo | None) -> Generator[list[int], None, GenerationResult]:
         self.check_fits(prompt_ids, cfg)
         generator = self.new_generator(cfg)
-        for drafter in self.drafters.values():
-            drafter.reset()
+        drafters = self.request_drafters(key)
         self.target.reset()
         stats = GenerationStats(prompt_tokens=len(prompt_ids))
         records: list[StepOutcome] = []
@@ -273,10 +280,10 @@ class SpeculativeDecoder:
         new, stop_reason = self._finish([first], generated, cfg)
         yield new
 
-        session = self.new_session(policy, cfg, key)
+        session = self.new_session(policy, cfg, key, drafters)
         decode_start = self._now()
         while stop_reason is None:
-            outcome, new, stop_reason = self._step(session, context, generated, cfg, generator)
+            outcome, new, stop_reason = self._step(session, drafters, context, generated, cfg, generator)
             stats.add_step(outcome)
             records.append(outcome)
             self.cost_memory.record(outcome)
@@ -286,16 +293,18 @@ class SpeculativeDecoder:
 
         stats.decode_s = self._now() - decode_start
         stats.new_tokens = len(generated)
+        for drafter in drafters.values():  # a completed output teaches the drafters that learn across requests
+            drafter.learn(generated)
         text = self.tokenizer.decode(generated, skip_special_tokens=True)
         return GenerationResult(text=text, token_ids=generated, finish_reason=stop_reason, stats=stats, steps=records)
 
-    def _step(self, session: DecodeSession, context: list[int], generated: list[int], cfg: GenerationConfig,
-              generator) -> tuple[StepOutcome, list[int], str | None]:
+    def _step(self, session: DecodeSession, drafters: dict[str, Drafter], context: list[int], generated: list[int],
+              cfg: GenerationConfig, generator) -> tuple[StepOutcome, list[int], str | None]:
         """One decode step; extends ``context`` and ``generated``. Returns the step's record, the
         tokens it emitted and the stop reason (None: go on)."""
         # 1. ask the controller (through the session: budget cap, match gate, early stop)
         plan = session.plan(len(generated), context)
-        drafter = self.drafters.get(plan.drafter)
+        drafter = drafters.get(plan.drafter)
         if drafter is None:
             raise InvalidParameterError("drafter", plan.drafter, f"not loaded; loaded: {', '.join(self.drafters)}")
         validate_draft_len(plan.action.k)

@@ -16,7 +16,7 @@ from adaptive_spec.errors import AdaptiveSpecError, InvalidParameterError
 from adaptive_spec.outputs import check_writable  # noqa: F401 (one import for the CLI's checks)
 from adaptive_spec.prompts import Prompt, check_prompt_text, load_prompts  # noqa: F401
 
-SELF_DRAFTERS = ("none", "ngram", "int8")  # built from the target: nothing to check before it loads
+SELF_DRAFTERS = ("none", "ngram", "suffix", "int8")  # built from the target: nothing to check before it loads
 
 __all__ = ["check_drafters", "check_model_cache", "check_positive_int", "check_prompt_text", "check_seed", "check_writable", "read_prompts",
            "reworded"]

@@ -67,6 +67,7 @@ class _Row:
     drafter_failures: int = 0  # steps whose draft failed and decoded plainly instead
     on_tokens: Callable[[list[int]], None] | None = None
     forced: tuple | None = None  # (force_plain, force_drafter, force_k) of a row whose controller comes from a pool
+    drafters: dict = field(default_factory=dict)  # this request's drafters (Drafter.for_request)
 
 
 class BatchedDecoder:
@@ -242,7 +243,8 @@ class BatchedDecoder:
         new, row.stop_reason = decoder._finish([first], row.generated, cfg)
         if row.on_tokens is not None:
             row.on_tokens(new)
-        row.session = decoder.new_session(row.policy, cfg, row.key)
+        row.drafters = decoder.request_drafters(row.key)
+        row.session = decoder.new_session(row.policy, cfg, row.key, row.drafters)
 
     def _decode_step(self) -> list[int]:
         decoder = self.decoder
@@ -255,7 +257,7 @@ class BatchedDecoder:
         plans, proposals, inputs = [], [], []
         for row, capped in zip(self.active, bound):
             plan = row.session.plan(len(row.generated), row.context)
-            drafter = decoder.drafters.get(plan.drafter)
+            drafter = row.drafters.get(plan.drafter)
             if drafter is None:
                 raise InvalidParameterError("drafter", plan.drafter, f"not loaded; loaded: {', '.join(decoder.drafters)}")
             validate_draft_len(plan.action.k)
@@ -325,6 +327,8 @@ class BatchedDecoder:
         self._release(row)
         row.stats.decode_s = decoder._now() - row.started_s - row.stats.prefill_s
         row.stats.new_tokens = len(row.generated)
+        for drafter in row.drafters.values():  # a completed output teaches the drafters that learn across requests
+            drafter.learn(row.generated)
         text = decoder.tokenizer.decode(row.generated, skip_special_tokens=True)
         result = GenerationResult(text=text, token_ids=row.generated, finish_reason=row.stop_reason, stats=row.stats,
                                   steps=row.steps)

@@ -11,10 +11,12 @@ from adaptive_spec.drafters.int8 import DEVICE_TYPES as INT8_DEVICE_TYPES
 from adaptive_spec.drafters.int8 import Int8Drafter, device_error
 from adaptive_spec.drafters.model import ModelDrafter
 from adaptive_spec.drafters.ngram import NgramDrafter
+from adaptive_spec.drafters.suffix import SuffixDrafter, SuffixSettings
+from adaptive_spec.drafters.suffix_store import HistoryLimits, HistoryStore
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.models import LoadedModel, load_model
 
-DRAFTER_NAMES = ("none", "ngram", "int8", "model:<path-or-name>")
+DRAFTER_NAMES = ("none", "ngram", "suffix", "int8", "model:<path-or-name>")
 # the set loaded when none is given: the self-drafters that need no second model, in the order
 # static and heuristic policies take the first of; each kept only where its device can run it
 DEFAULT_DRAFTERS = ("ngram", "int8")
@@ -44,12 +46,16 @@ def default_drafters(device_type: str, given: list[str] | None = None, name: str
     return list(given)
 
 
-def build_drafter(spec: str, target: LoadedModel) -> Drafter:
-    """``none`` | ``ngram`` | ``int8`` | ``model:<path or built-in name>``."""
+def build_drafter(spec: str, target: LoadedModel, history: HistoryStore | None = None) -> Drafter:
+    """``none`` | ``ngram`` | ``suffix`` | ``int8`` | ``model:<path or built-in name>``.
+
+    ``history``: the past outputs ``suffix`` drafts from (default: a fresh store, per traffic key)."""
     if spec == "none":
         return NoDrafter()
     if spec == "ngram":
         return NgramDrafter()
+    if spec == "suffix":
+        return SuffixDrafter(history)
     if spec == "int8":
         return Int8Drafter(target.model)
     if spec.startswith("model:") and len(spec) > len("model:"):
@@ -68,5 +74,5 @@ def check_same_vocabulary(spec: str, draft: LoadedModel, target: LoadedModel) ->
         )
 
 
-__all__ = ["DEFAULT_DRAFTERS", "Drafter", "Int8Drafter", "ModelDrafter", "NgramDrafter", "NoDrafter", "Proposal",
-           "build_drafter", "default_drafters", "runs_on"]
+__all__ = ["DEFAULT_DRAFTERS", "Drafter", "HistoryLimits", "HistoryStore", "Int8Drafter", "ModelDrafter", "NgramDrafter",
+           "NoDrafter", "Proposal", "SuffixDrafter", "SuffixSettings", "build_drafter", "default_drafters", "runs_on"]

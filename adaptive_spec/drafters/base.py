@@ -60,6 +60,14 @@ class Drafter(ABC):
     def reset(self) -> None:
         """Forget per-request state (caches). Called at the start of every generation."""
 
+    def for_request(self, key: str) -> "Drafter":
+        """The drafter one request of traffic key ``key`` uses. Drafters that learn across requests
+        (``suffix``) return a view bound to the key; the others, themselves."""
+        return self
+
+    def learn(self, output: list[int]) -> None:
+        """The request this drafter (as ``for_request`` returned it) served completed with ``output``."""
+
     def lookup(self, context: list[int], k: int) -> tuple[list[int], int | None, bool]:
         """A draft as shadow drafting and the replay take it (``policies.shadow``): tokens, match
         order, ambiguous. Meant for drafters without probabilities, whose drafts ignore sampling."""

@@ -51,8 +51,12 @@ class Service:
         self.worker: EngineWorker | None = None
         self.load_error: str | None = None
         self.draining = False
-        self.metrics = ServerMetrics(lambda: self.worker.depth if self.worker else 0)
+        self.metrics = ServerMetrics(lambda: self.worker.depth if self.worker else 0, self._suffix_stats)
         self._load = load
+
+    def _suffix_stats(self) -> dict | None:
+        suffix = self.decoder.drafters.get("suffix") if self.decoder is not None else None
+        return suffix.store.stats() if suffix is not None else None
 
     def start(self) -> None:
         threading.Thread(target=self._load_in_background, name="adaptive-spec-load", daemon=True).start()
@@ -94,7 +98,9 @@ class Service:
         return self.worker
 
 
-def create_app(load: Callable, model_name: str, settings: Settings | None = None, version: str = "") -> FastAPI:
+def create_app(load: Callable, model_name: str, settings: Settings | None = None, version: str = "",
+               on_shutdown: Callable[[], None] | None = None) -> FastAPI:
+    """``on_shutdown``: called once the worker stopped (e.g. saving the suffix drafter's history)."""
     service = Service(load, model_name, settings or Settings(), version or _version())
 
     async def lifespan(app: FastAPI):
@@ -103,6 +109,11 @@ def create_app(load: Callable, model_name: str, settings: Settings | None = None
         if service.worker is not None:
             service.drain()
             service.worker.stop()
+        if on_shutdown is not None:
+            try:
+                on_shutdown()
+            except Exception:  # noqa: BLE001 - a failed save must not turn a clean drain into a crash
+                log.exception("shutdown hook failed")
 
     app = FastAPI(title="adaptive-spec", version=service.version, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.service = service

@@ -23,6 +23,12 @@ def serve(
     max_batch: int = typer.Option(1, help="Requests decoded together (continuous batching above 1; drafters must "
                                   "then be lookups: ngram, the default)."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
+    suffix_max_tokens: int = typer.Option(100_000, help="With the suffix drafter: tokens of past outputs kept per "
+                                          "traffic key (oldest dropped first)."),
+    suffix_shared: bool = typer.Option(False, "--suffix-shared", help="One suffix history for all traffic keys "
+                                       "(drafts then learn from other keys' outputs: a timing side channel between tenants)."),
+    suffix_persist: bool = typer.Option(False, "--suffix-persist", help="Load the suffix history from the cache "
+                                        "directory at start and save it there at shutdown."),
     grace_s: float = typer.Option(30.0, "--grace-s", help="SIGTERM: seconds for in-flight requests to finish."),
     telemetry: str = typer.Option("sqlite", help="As for generate; /metrics is always served."),
     device: str = typer.Option("auto", help="auto | cpu | cuda | cuda:N."),
@@ -47,10 +53,11 @@ def serve(
     if max_batch > 1 and drafters is None:
         drafters = "ngram"  # the batched engine drafts with lookups only
     torch_device, torch_dtype, names = _runtime_and_drafters(device, dtype, drafters, "drafters")
-    unbatchable = [d for d in names if d not in ("none", "ngram")]
+    unbatchable = [d for d in names if d not in ("none", "ngram", "suffix")]
     if max_batch > 1 and unbatchable:
         raise InvalidParameterError("drafters", drafters, f"{', '.join(unbatchable)} keep a cache per request; with "
-                                    "--max-batch above 1 only lookups (ngram) are batched")
+                                    "--max-batch above 1 only lookups (ngram, suffix) are batched")
+    history = _suffix_history(suffix_max_tokens, suffix_shared)
     loaded_names = [d for d in names if d != "none"]
     try:
         registry = PolicyRegistry(policy, loaded_names)
@@ -66,11 +73,36 @@ def serve(
         from adaptive_spec.models import load_model
 
         target = load_model(model, device=torch_device, dtype=torch_dtype)
-        built = [build_drafter(d, target) for d in dict.fromkeys(loaded_names)]
+        if suffix_persist and "suffix" in loaded_names:
+            loaded = history.load(_suffix_file(model), model)
+            logging.getLogger("adaptive_spec.server").info("suffix history: %d outputs loaded from %s", loaded,
+                                                           _suffix_file(model))
+        built = [build_drafter(d, target, history) for d in dict.fromkeys(loaded_names)]
         return SpeculativeDecoder(target, built, policy=registry, observers=observers)
+
+    def save_history() -> None:
+        if suffix_persist and "suffix" in loaded_names:
+            history.save(_suffix_file(model), model)
 
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(api_key=api_key, max_queue=max_queue, max_batch=max_batch, max_body_bytes=max_body_bytes,
                         grace_s=grace_s)
-    run(create_app(load, model, settings), host, port)
+    run(create_app(load, model, settings, on_shutdown=save_history), host, port)
+
+
+def _suffix_history(max_tokens: int, shared: bool):
+    from adaptive_spec.drafters import HistoryLimits, HistoryStore
+
+    try:
+        return HistoryStore(HistoryLimits(max_tokens=max_tokens, shared=shared))
+    except InvalidParameterError as exc:
+        raise InvalidParameterError("suffix_max_tokens", max_tokens, exc.reason) from None
+
+
+def _suffix_file(model: str):
+    """Where ``--suffix-persist`` keeps the history: the cache directory, one file per served model."""
+    from adaptive_spec.models import default_cache_dir
+
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
+    return default_cache_dir() / "suffix" / f"{safe}.json"

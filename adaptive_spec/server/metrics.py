@@ -12,13 +12,26 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, generate_latest
 
 
+# the suffix drafter's history of past outputs (HistoryStore.stats): bounded, and shown here so that
+# an operator sees what it holds
+SUFFIX_GAUGES = {
+    "tokens": "tokens of past outputs the suffix drafter holds",
+    "outputs": "past outputs the suffix drafter holds",
+    "keys": "traffic keys with a suffix history",
+    "memory_bytes": "bytes the suffix drafter's history takes (buffer and index)",
+}
+
+
 class ServerMetrics:
-    def __init__(self, queue_depth: Callable[[], int]) -> None:
+    def __init__(self, queue_depth: Callable[[], int], suffix_stats: Callable[[], dict | None] = lambda: None) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("adaptive_spec_http_requests", "HTTP requests by route and status",
                                 ["method", "route", "status"], registry=self.registry)
         depth = Gauge("adaptive_spec_queue_depth", "requests waiting for the engine", registry=self.registry)
         depth.set_function(queue_depth)
+        for field, help_text in SUFFIX_GAUGES.items():
+            gauge = Gauge(f"adaptive_spec_suffix_history_{field}", help_text, registry=self.registry)
+            gauge.set_function(lambda field=field: (suffix_stats() or {}).get(field, 0))
 
     def request(self, method: str, route: str, status: int) -> None:
         self.requests.labels(method, route, str(status)).inc()
