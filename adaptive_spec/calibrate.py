@@ -10,7 +10,9 @@ What is timed, each the median of ``repeats`` runs after a warm-up:
   conditional per-position acceptance ``P(position i accepted | 0..i-1 accepted)`` and the hit
   rate (steps on which the drafter proposed anything), from real greedy generations; for the
   n-gram drafter also per kind of match (order, ambiguous): its share of lookups and its own
-  profile, which the simulator uses to drive the adaptive policy's match gate. With
+  profile, which the simulator uses to drive the adaptive policy's match gate (the suffix drafter's
+  kinds are its bucketed match lengths; it drafts from the answers to the prompts before each one,
+  in file order, as a service seeing them in that order would). With
   ``per_prompt``, every prompt is also a class of its own, named by its ``id``: requests of one
   kind differ (an open-ended answer that loops drafts like a copy), and a trace that records which
   prompt each request sent can be replayed with each request's own acceptance.
@@ -109,7 +111,7 @@ def time_drafters(decoder: SpeculativeDecoder, context_ids: list[int], repeats: 
             by_k[k] = _median_time(incremental, repeats)
         per_token = max((by_k[8] - by_k[1]) / 7, 0.0)
         out[name] = {"per_token_s": per_token, "per_call_s": max(by_k[1] - per_token, 0.0),
-                     "batched": name != "ngram"}
+                     "batched": name not in ("ngram", "suffix")}  # lookups run once per request
     return out
 
 
@@ -127,7 +129,9 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
         for name in decoder.drafters:
             if name == "none":
                 continue
-            result = decoder.generate(prompt.prompt, cfg, policy=StaticPolicy(name, ACCEPTANCE_K))
+            # a traffic key per drafter: the suffix drafter's history then holds its own runs' answers
+            # to the prompts before this one, never another drafter's answer to this very prompt
+            result = decoder.generate(prompt.prompt, cfg, policy=StaticPolicy(name, ACCEPTANCE_K), key=f"calibrate:{name}")
             classes = (prompt.kind, prompt.id) if per_prompt else (prompt.kind,)
             for step in result.steps:
                 if step.k < ACCEPTANCE_K:

@@ -19,10 +19,11 @@ PROMPT = "<30> <31> <5> <9> <13>"
 FORCE_SUFFIX = {"speculation": {"mode": "static", "drafter": "suffix", "k": 8}}
 
 
-def suffix_decoder(store: HistoryStore, policy: str = "plain") -> SpeculativeDecoder:
+def suffix_decoder(store: HistoryStore, policy: str = "plain", observers=None) -> SpeculativeDecoder:
     model = tiny_llama(seed=3)
     target = LoadedModel(name=MODEL, model=model, tokenizer=ChatNumberTokenizer(model.config.vocab_size))
-    return SpeculativeDecoder(target, [NgramDrafter(), SuffixDrafter(store)], policy=PolicyRegistry(policy, ["ngram", "suffix"]))
+    return SpeculativeDecoder(target, [NgramDrafter(), SuffixDrafter(store)], policy=PolicyRegistry(policy, ["ngram", "suffix"]),
+                              observers=observers)
 
 
 def gauges(text: str) -> dict[str, float]:
@@ -32,8 +33,10 @@ def gauges(text: str) -> dict[str, float]:
 
 @pytest.mark.parametrize("max_batch", [1, 4], ids=["batch-1", "batched"])
 def test_a_keys_repeated_answer_is_drafted_from_its_history_and_only_for_that_key(max_batch):
+    from adaptive_spec.telemetry.spec import build_prometheus_observer
+
     store = HistoryStore()
-    decoder = suffix_decoder(store)
+    decoder = suffix_decoder(store, observers=[build_prometheus_observer([])])
     app = create_app(lambda: decoder, MODEL, Settings(max_batch=max_batch))
     with one_thread(), serving_in_thread(app, timeout_s=30) as url, client(url) as http:
         def ask(key: str) -> dict:
@@ -44,12 +47,16 @@ def test_a_keys_repeated_answer_is_drafted_from_its_history_and_only_for_that_ke
 
         assert gauges(http.get("/metrics").text) == {"tokens": 0, "outputs": 0, "keys": 0, "memory_bytes": 0}
         first, again, other = ask("tenant-a"), ask("tenant-a"), ask("tenant-b")
-        shown = gauges(http.get("/metrics").text)
+        exposition = http.get("/metrics").text
+        shown = gauges(exposition)
     plain = decoder.generate(decoder.tokenizer(PROMPT)["input_ids"], max_new_tokens=24, policy=PolicyRegistry("plain", []).get(""))
     assert first["choices"][0]["text"] == again["choices"][0]["text"] == other["choices"][0]["text"] == plain.text
     spec = [r["metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] for r in (first, again, other)]
     assert spec[1] >= 16 and spec[1] > spec[0]  # most of the answer, from tenant-a's first one
     assert spec[2] == spec[0]  # tenant-b drafts from its own request only, as tenant-a's first did
+    # telemetry labels its steps as the other drafters' (vLLM's spec-decode counters, by drafter)
+    assert any(line.startswith("adaptive_spec_spec_decode_accepted_tokens_total{") and 'adaptive_spec_drafter="suffix"' in line
+               for line in exposition.splitlines()), exposition
     assert shown["tokens"] == 3 * 24 and shown["outputs"] == 3 and shown["keys"] == 2 and shown["memory_bytes"] > 0
 
 
