@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.bench_sections import adaptive_rows, bench_section, corpus_section
+from benchmarks.suffix_sections import suffix_section
 from benchmarks.results_kit import (BENCH_DIR, NOT_REPORTED, PROMPTS, README, README_BEGIN, README_END, RESULTS_DIR,
                                    RESULTS_MD, load, machine_line, provenance, table)
 
@@ -412,6 +413,7 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         server_overhead_section(results_dir, dates),
         batching_section(results_dir, dates),
         serve_batching_section(results_dir, dates),
+        suffix_section(results_dir, dates),
         refactor_section(results_dir, dates),
         dashboard_section(results_dir, dates),
         not_reported_section(results_dir),

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
 import time
 from collections import Counter
@@ -86,7 +88,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{w['median_ms']:>12.3f} {w['p99_ms']:>12.3f} {w['max_ms']:>12.3f}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"benchmark": "suffix_lookup", "context_tokens": CONTEXT, "rows": rows}, indent=2))
+        import torch
+        import transformers
+
+        machine = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+                   "transformers": transformers.__version__, "platform": platform.platform()}
+        args.out.write_text(json.dumps({"benchmark": "suffix_lookup", "context_tokens": CONTEXT, "rows": rows,
+                                        "machine": machine}, indent=2))
     return 0
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from adaptive_spec import SpeculativeDecoder
 from adaptive_spec.batching.engine import BatchedDecoder
-from adaptive_spec.drafters import HistoryLimits, HistoryStore, NgramDrafter, SuffixDrafter, build_drafter
+from adaptive_spec.drafters import HistoryLimits, HistoryStore, NgramDrafter, SuffixDrafter, SuffixSettings, build_drafter
 from adaptive_spec.drafters.suffix_index import context_draft
 from adaptive_spec.drafters.suffix_store import History
 from adaptive_spec.errors import InvalidParameterError
@@ -50,10 +50,10 @@ def brute_force(documents: list[list[int]], context: list[int], max_depth: int, 
         best = max(counts.values())
         # ties: the token of the latest occurrence (documents in order, ends in order)
         token = [t for t in following if counts[t] == best][-1]
-        if best / len(alive) < min_prob:
+        if best / (len(alive) + 1) < min_prob:  # one unseen continuation in the denominator
             break
         tokens.append(token)
-        probs.append(best / len(alive))
+        probs.append(best / (len(alive) + 1))
         alive = [(d, e) for (d, e), t in zip(alive, following) if t == token]
     return tokens, probs, length
 
@@ -71,7 +71,7 @@ def test_history_draft_equals_brute_force_on_random_streams():
             context = rng.integers(0, vocab, int(rng.integers(2, 20))).tolist()
             depth, k, min_prob = int(rng.integers(2, 12)), int(rng.integers(1, 10)), float(rng.choice([0.0, 0.3, 0.6]))
             got = history.draft(np.array(context), depth, k, min_prob)
-            want = brute_force(documents, context, depth, k, min_prob, min_match=2)
+            want = brute_force(documents, context, depth, k, min_prob, min_match=1)
             assert (got.tokens, got.match_len if got.tokens else 0) == (want[0], want[2] if want[0] else 0), (documents, context)
             assert np.allclose(got.probs, want[1])
             checked += 1
@@ -91,15 +91,34 @@ def test_request_draft_equals_brute_force_over_the_context_itself():
 
 def test_draft_grows_with_the_match_and_is_cut_by_min_prob():
     store = HistoryStore()
-    drafter = SuffixDrafter(store).for_request("a")
+    drafter = SuffixDrafter(store, SuffixSettings(factor=2.0, min_prob=0.1, window=0)).for_request("a")
     drafter.learn([10, 11, 12, 13, 14, 15, 16, 17, 18, 19])
     # a 2-token match drafts at most factor (2) x 2 = 4 tokens; a 5-token match up to 10
     assert drafter.propose([1, 10, 11], 8, None, None).tokens == [12, 13, 14, 15]
     long = drafter.propose([10, 11, 12, 13, 14], 8, None, None)
-    assert long.tokens == [15, 16, 17, 18, 19] and long.match_order == 4 and long.confidences == (1.0,) * 5
-    drafter.learn([10, 11, 20])  # now [10, 11] continued two ways
+    # seen once: probability 1/2 (one unseen continuation in the denominator), and unanimous
+    assert long.tokens == [15, 16, 17, 18, 19] and long.match_order == 4 and long.confidences == (0.5,) * 5
+    assert not long.match_ambiguous
+    drafter.learn([10, 11, 20])  # now [10, 11] continued two ways: the most recent wins the tie
     split = drafter.propose([1, 10, 11], 8, None, None)
-    assert split.tokens[0] == 20 and split.match_ambiguous and split.confidences[0] == 0.5
+    assert split.tokens[0] == 20 and split.match_ambiguous and split.confidences[0] == pytest.approx(1 / 3)
+    # a new value between template tokens: the last token alone still finds the template's continuation
+    drafter.learn([30, 31, 12, 13, 14])
+    assert drafter.propose([99, 98, 97, 13], 2, None, None).tokens == [14, 15]
+
+
+def test_the_tokens_before_a_match_pick_the_template_slot_that_follows():
+    # records "key value ," with keys 101, 102, 103 in order and new values every time: after "," the
+    # next key depends on the key before the value, which no exact suffix match reaches
+    records = [[101, 50, 7, 102, 51, 7, 103, 52, 7], [101, 60, 7, 102, 61, 7, 103, 62, 7]]
+    context = [101, 70, 7]  # the first key's line: 102 comes next
+    plain = SuffixDrafter(HistoryStore(), SuffixSettings(window=0)).for_request("")
+    weighted = SuffixDrafter(HistoryStore(), SuffixSettings(window=2)).for_request("")
+    for drafter in (plain, weighted):
+        for record in records:
+            drafter.learn(record)
+    assert plain.propose(context, 1, None, None).tokens == [103]  # a tie on counts: the most recent
+    assert weighted.propose(context, 1, None, None).tokens == [102]  # the occurrence after key 101 weighs double
 
 
 # -- the history's bounds ------------------------------------------------------------------------
@@ -124,7 +143,7 @@ def test_eviction_keeps_every_limit_and_lookups_see_only_live_outputs():
         if i % 20 == 0:
             context = rng.integers(0, 5, 8).tolist()
             got = history.draft(np.array(context), 6, 5, 0.0)
-            assert got.tokens == brute_force(live, context, 6, 5, 0.0, 2)[0]
+            assert got.tokens == brute_force(live, context, 6, 5, 0.0, 1)[0]
     # compaction keeps the buffer and the index near the live size, not the total ever added (~8,000)
     assert history._buffer.shape[0] == 1024  # never grew: 200 tokens + separators fit, with evicted room
     assert sum(len(p) for p in history._index.values()) <= history._buffer.shape[0]

@@ -15,14 +15,16 @@ buffer, given the positions where the context's last token (or last two) occur:
 1. extend the match backwards over the candidates, keeping those that still agree, up to
    ``max_depth`` tokens: the survivors of the longest length are the node's occurrences;
 2. from those occurrences, repeatedly take the most frequent next token (ties: the most recent
-   occurrence), its probability = its count / the occurrences that have a next token, and keep only
-   the occurrences that continued with it.
+   occurrence), its probability = its count / (the occurrences that have a next token + 1), and keep
+   only the occurrences that continued with it. The + 1 is one unseen continuation: a suffix seen
+   once is not a certainty (0.5), one seen 9 times out of 9 nearly is (0.9); without it a single
+   occurrence in the request would outrank a continuation the history saw hundreds of times.
 
 A separator (``SEP``, never a token id) between documents stops both walks at a document boundary.
 
 Worked example (one document ``[5, 1, 2, 3, 9, 1, 2, 3, 9, 1, 2, 4]``, context ``[7, 1, 2]``): ``[1, 2]``
 occurs three times, ``[7, 1, 2]`` never, so the match is 2 tokens long; after it came ``3``, ``3`` and ``4``:
-the draft is ``3`` with probability 2/3, then ``9`` with probability 1 (both occurrences followed by 9).
+the draft is ``3`` with probability 2/4, then ``9`` with probability 2/3 (both occurrences followed by 9).
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ SEP = -1  # between documents in a buffer: equals no token, so no match or conti
 
 class SuffixDraft(NamedTuple):
     tokens: list[int]  # the continuation, most frequent first token, then its most frequent child...
-    probs: list[float]  # each token's empirical probability given the tokens before it
+    probs: list[float]  # each token's estimated probability given the tokens before it (see above)
     match_len: int  # how many context tokens the match spans (0: none)
     occurrences: int  # how many times the matched suffix occurred (with a token after it)
+    unanimous: bool = False  # every occurrence continued with the first token
 
     @property
     def expected_accepted(self) -> float:
@@ -55,7 +58,7 @@ NO_DRAFT = SuffixDraft([], [], 0, 0)
 
 
 def match_and_continue(buffer: np.ndarray, candidates: np.ndarray, context: np.ndarray, seed_len: int,
-                       max_depth: int, max_tokens: int, min_prob: float) -> SuffixDraft:
+                       max_depth: int, max_tokens: int, min_prob: float, window: int = 0) -> SuffixDraft:
     """The longest match of ``context``'s suffix in ``buffer`` and its most frequent continuation.
 
     buffer: [N] token ids with ``SEP`` between documents; the last entry must be ``SEP`` or lie
@@ -67,7 +70,7 @@ def match_and_continue(buffer: np.ndarray, candidates: np.ndarray, context: np.n
     >>> buf = np.array([5, 1, 2, 3, 9, 1, 2, 3, 9, 1, 2, 4, SEP])
     >>> d = match_and_continue(buf, np.array([2, 6, 10]), np.array([7, 1, 2]), 1, 8, 2, 0.1)
     >>> d.tokens, [round(p, 2) for p in d.probs], d.match_len, d.occurrences
-    ([3, 9], [0.67, 1.0], 2, 3)
+    ([3, 9], [0.5, 0.67], 2, 3)
     """
     # only occurrences with a token after them can be continued: the longest match is among those
     candidates = candidates[candidates + 1 < buffer.shape[0]]
@@ -86,37 +89,70 @@ def match_and_continue(buffer: np.ndarray, candidates: np.ndarray, context: np.n
             break
         alive = keep
         depth += 1
-    # 2. walk down the most frequent continuation
+    # 2. walk down the most frequent continuation (each occurrence counted with its weight)
+    weights = context_weights(buffer, alive, context, depth, window)
     tokens: list[int] = []
     probs: list[float] = []
     positions = alive + 1  # where each occurrence's next token sits
-    positions = positions[positions < buffer.shape[0]]
     occurrences = 0
     while len(tokens) < max_tokens and positions.size:
+        inside = positions < buffer.shape[0]
+        positions, weights = positions[inside], weights[inside]
         following = buffer[positions]
         has_next = following != SEP
-        positions, following = positions[has_next], following[has_next]
+        positions, following, weights = positions[has_next], following[has_next], weights[has_next]
         if positions.size == 0:
             break
         if not tokens:
             occurrences = int(positions.size)
-        values, counts = np.unique(following, return_counts=True)
+        values, inverse = np.unique(following, return_inverse=True)
+        counts = np.bincount(inverse, weights=weights)
         best = counts.max()
         tied = values[counts == best]
         if tied.size > 1:  # most recent occurrence among the tied tokens
-            token = int(following[np.isin(following, tied)][np.argmax(positions[np.isin(following, tied)])])
+            among = np.isin(following, tied)
+            token = int(following[among][np.argmax(positions[among])])
         else:
             token = int(tied[0])
-        prob = float(best) / positions.size
+        total = counts.sum()
+        prob = float(best / (total + 1.0))
         if prob < min_prob:
             break
+        if not tokens:
+            unanimous = bool(best == total)
         tokens.append(token)
         probs.append(prob)
-        positions = positions[following == token] + 1
-        positions = positions[positions < buffer.shape[0]]
+        chosen = following == token
+        positions, weights = positions[chosen] + 1, weights[chosen]
     if not tokens:
         return SuffixDraft([], [], depth, occurrences)
-    return SuffixDraft(tokens, probs, depth, occurrences)
+    return SuffixDraft(tokens, probs, depth, occurrences, unanimous)
+
+
+def context_weights(buffer: np.ndarray, ends: np.ndarray, context: np.ndarray, depth: int, window: int) -> np.ndarray:
+    """A weight per occurrence: 2 ** (how many of the ``window`` tokens before its match also occur in
+    the ``window`` tokens before the context's matched suffix). All 1.0 for ``window`` 0.
+
+    Templated text has slots: a JSON record's value differs from record to record, so the suffix
+    after a value (``",\n  "``) matches after *every* key of every past record, and frequency alone
+    cannot say which key comes next. The tokens just before the match can: the occurrence that
+    followed the same key (``"region": "...",\n  "``) shares it with the context. Each shared
+    token doubles the occurrence's vote, as independent evidence would.
+
+    ends: [C] end positions of the occurrences of the matched suffix (``depth`` tokens long)
+    """
+    if window <= 0:
+        return np.ones(ends.shape[0])
+    start = context.shape[0] - depth
+    mine = context[max(0, start - window) : start]
+    if mine.size == 0:
+        return np.ones(ends.shape[0])
+    positions = (ends - depth)[:, None] - np.arange(window)[None, :]  # [C, window], nearest first
+    tokens = buffer[np.maximum(positions, 0)]
+    # an occurrence's window stops at the start of its document (a separator) or of the buffer
+    inside = np.cumprod((positions >= 0) & (tokens != SEP), axis=1).astype(bool)
+    shared = (np.isin(tokens, mine) & inside).sum(axis=1)
+    return np.exp2(shared.astype(np.float64))
 
 
 def context_draft(context: np.ndarray, max_depth: int, max_tokens: int, min_prob: float) -> SuffixDraft:

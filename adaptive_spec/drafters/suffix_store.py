@@ -1,8 +1,8 @@
 """What the ``suffix`` drafter remembers of past traffic: recent completed outputs, per traffic key.
 
 ``History`` holds one key's outputs in a flat token buffer (documents separated by ``SEP``) with an
-index from every 2-gram to the positions where it ends, so a lookup starts from the handful of places
-where the context's last two tokens occur instead of scanning the buffer. Memory is bounded three
+index from every 2-gram (and every token) to the positions where it ends, so a lookup starts from the
+places where the context's last two tokens (or last one) occur instead of scanning the buffer. Memory is bounded three
 ways, oldest output first: ``max_tokens`` in all, ``max_outputs`` outputs, ``max_age_s`` seconds.
 Because eviction is first in, first out, the live outputs are one contiguous range of positions, and
 an evicted output's index entries are a prefix of each position list: they are dropped lazily, on
@@ -39,6 +39,9 @@ from adaptive_spec.errors import InvalidParameterError
 
 log = logging.getLogger(__name__)
 
+# occurrences a lookup starts from, the most recent first: a common token's thousands of occurrences
+# would cost milliseconds, and recent outputs are the better guide to the next one
+MAX_CANDIDATES = 2048
 FORMAT = "adaptive-spec-suffix-history"
 VERSION = 1
 
@@ -77,6 +80,7 @@ class History:
         self._end = 0  # absolute position one past the last written entry
         self._outputs: deque[tuple[int, int, float]] = deque()  # (start, length, added at), oldest first
         self._index: dict[int, array] = {}  # 2-gram -> absolute end positions, ascending
+        self._unigrams: dict[int, array] = {}  # token -> absolute positions, ascending
         self.tokens = 0  # live tokens, separators excluded
 
     # -- writing -------------------------------------------------------------------------------------
@@ -93,13 +97,18 @@ class History:
         self._buffer[at : at + len(tokens)] = tokens
         self._buffer[at + len(tokens)] = SEP
         self._end = start + len(tokens) + 1
-        index = self._index
-        for i in range(1, len(tokens)):
-            key = _pair(tokens[i - 1], tokens[i])
-            positions = index.get(key)
+        index, unigrams = self._index, self._unigrams
+        for i, token in enumerate(tokens):
+            positions = unigrams.get(token)
             if positions is None:
-                positions = index[key] = array("q")
+                positions = unigrams[token] = array("q")
             positions.append(start + i)
+            if i:
+                key = _pair(tokens[i - 1], token)
+                positions = index.get(key)
+                if positions is None:
+                    positions = index[key] = array("q")
+                positions.append(start + i)
         self._outputs.append((start, len(tokens), self._clock() if added_at is None else added_at))
         self.tokens += len(tokens)
         self.evict()
@@ -137,33 +146,51 @@ class History:
             self._buffer[:used] = self._buffer[shift : shift + used]
             self._buffer[used:] = SEP
             self._offset = start
-        for key in list(self._index):
-            positions = self._index[key]
-            stale = bisect.bisect_left(positions, start)
-            if stale == len(positions):
-                del self._index[key]
-            elif stale:
-                del positions[:stale]
+        for index in (self._index, self._unigrams):
+            for key in list(index):
+                positions = index[key]
+                stale = bisect.bisect_left(positions, start)
+                if stale == len(positions):
+                    del index[key]
+                elif stale:
+                    del positions[:stale]
 
     # -- reading -------------------------------------------------------------------------------------
 
-    def draft(self, context: np.ndarray, max_depth: int, max_tokens: int, min_prob: float) -> SuffixDraft:
-        """The longest match (2 tokens or more) of ``context``'s suffix among the live outputs and
-        its most frequent continuation. context: [T]"""
-        if context.shape[0] < 2 or not self._outputs:
+    def draft(self, context: np.ndarray, max_depth: int, max_tokens: int, min_prob: float, window: int = 0) -> SuffixDraft:
+        """The longest match of ``context``'s suffix among the live outputs and its most frequent
+        continuation: searched from the occurrences of the last two tokens, or of the last one when
+        those two never occurred together with a token after them (a slot's new value followed by
+        the template's punctuation). Only the ``MAX_CANDIDATES`` most recent occurrences are
+        searched, which bounds a lookup's cost whatever the history's size. context: [T]"""
+        if context.shape[0] < 1 or not self._outputs:
             return NO_DRAFT
-        positions = self._index.get(_pair(int(context[-2]), int(context[-1])))
+        used = self._end - self._offset
+        draft = NO_DRAFT
+        if context.shape[0] >= 2:
+            candidates = self._live(self._index, _pair(int(context[-2]), int(context[-1])))
+            if candidates is not None:
+                draft = match_and_continue(self._buffer[:used], candidates, context, 2, max_depth, max_tokens,
+                                           min_prob, window)
+        if not draft.tokens:
+            candidates = self._live(self._unigrams, int(context[-1]))
+            if candidates is not None:
+                draft = match_and_continue(self._buffer[:used], candidates, context, 1, max_depth, max_tokens,
+                                           min_prob, window)
+        return draft
+
+    def _live(self, index: dict[int, array], key: int) -> np.ndarray | None:
+        """The most recent live positions under ``key``, as buffer offsets (None: none)."""
+        positions = index.get(key)
         if positions is None:
-            return NO_DRAFT
-        live = self._live_start()
-        stale = bisect.bisect_left(positions, live)
+            return None
+        stale = bisect.bisect_left(positions, self._live_start())
         if stale:
             del positions[:stale]
         if not positions:
-            return NO_DRAFT
-        candidates = np.array(positions, dtype=np.int64) - self._offset
-        used = self._end - self._offset
-        return match_and_continue(self._buffer[:used], candidates, context, 2, max_depth, max_tokens, min_prob)
+            return None
+        recent = positions[-MAX_CANDIDATES:] if len(positions) > MAX_CANDIDATES else positions
+        return np.array(recent, dtype=np.int64) - self._offset
 
     def outputs(self) -> list[tuple[list[int], float]]:
         """The live outputs, oldest first, with the clock time each was added."""
@@ -171,8 +198,11 @@ class History:
 
     def memory_bytes(self) -> int:
         """The buffer plus the index's arrays and dictionary (allocated sizes)."""
-        index = sum(sys.getsizeof(positions) for positions in self._index.values())
-        return int(self._buffer.nbytes) + index + sys.getsizeof(self._index) + 32 * len(self._index)
+        total = int(self._buffer.nbytes)
+        for index in (self._index, self._unigrams):
+            total += sum(sys.getsizeof(positions) for positions in index.values())
+            total += sys.getsizeof(index) + 32 * len(index)  # the keys' int objects
+        return total
 
 
 class HistoryStore:
@@ -206,7 +236,8 @@ class HistoryStore:
         with self._lock:
             history.add(tokens)
 
-    def draft(self, key: str, context: np.ndarray, max_depth: int, max_tokens: int, min_prob: float) -> SuffixDraft:
+    def draft(self, key: str, context: np.ndarray, max_depth: int, max_tokens: int, min_prob: float,
+              window: int = 0) -> SuffixDraft:
         key = "" if self.limits.shared else key
         with self._lock:
             history = self._histories.get(key)  # a lookup never makes a history (nor evicts one for it)
@@ -214,7 +245,7 @@ class HistoryStore:
                 return NO_DRAFT
             self._histories.move_to_end(key)
             history.evict()  # age limits apply even while nothing new arrives
-            return history.draft(context, max_depth, max_tokens, min_prob)
+            return history.draft(context, max_depth, max_tokens, min_prob, window)
 
     def stats(self) -> dict:
         """``keys``, ``outputs``, ``tokens`` and ``memory_bytes`` over every key's history."""
