@@ -95,6 +95,7 @@ def match_and_continue(buffer: np.ndarray, candidates: np.ndarray, context: np.n
     probs: list[float] = []
     positions = alive + 1  # where each occurrence's next token sits
     occurrences = 0
+    unanimous = False
     while len(tokens) < max_tokens and positions.size:
         inside = positions < buffer.shape[0]
         positions, weights = positions[inside], weights[inside]
@@ -105,16 +106,33 @@ def match_and_continue(buffer: np.ndarray, candidates: np.ndarray, context: np.n
             break
         if not tokens:
             occurrences = int(positions.size)
-        values, inverse = np.unique(following, return_inverse=True)
-        counts = np.bincount(inverse, weights=weights)
-        best = counts.max()
-        tied = values[counts == best]
-        if tied.size > 1:  # most recent occurrence among the tied tokens
-            among = np.isin(following, tied)
-            token = int(following[among][np.argmax(positions[among])])
+        if positions.size == 1:
+            # one occurrence left: the rest of the draft is its continuation, read at once (a walk
+            # token by token costs a few numpy calls per token, most of a lookup's time)
+            weight = float(weights[0])
+            prob = weight / (weight + 1.0)
+            if prob < min_prob:
+                break
+            run = buffer[positions[0] : positions[0] + max_tokens - len(tokens)]
+            ends = np.flatnonzero(run == SEP)
+            run = run[: ends[0]] if ends.size else run
+            unanimous = True if not tokens else unanimous
+            tokens += run.tolist()
+            probs += [prob] * run.shape[0]
+            break
+        if (following == following[0]).all():  # every occurrence agrees: no counting needed
+            token = int(following[0])
+            best = total = float(weights.sum())
         else:
-            token = int(tied[0])
-        total = counts.sum()
+            values, inverse = np.unique(following, return_inverse=True)
+            counts = np.bincount(inverse, weights=weights)
+            best, total = counts.max(), counts.sum()
+            tied = values[counts == best]
+            if tied.size > 1:  # most recent occurrence among the tied tokens
+                among = np.isin(following, tied)
+                token = int(following[among][np.argmax(positions[among])])
+            else:
+                token = int(tied[0])
         prob = float(best / (total + 1.0))
         if prob < min_prob:
             break
@@ -131,7 +149,8 @@ def match_and_continue(buffer: np.ndarray, candidates: np.ndarray, context: np.n
 
 def context_weights(buffer: np.ndarray, ends: np.ndarray, context: np.ndarray, depth: int, window: int) -> np.ndarray:
     """A weight per occurrence: 2 ** (how many of the ``window`` tokens before its match also occur in
-    the ``window`` tokens before the context's matched suffix). All 1.0 for ``window`` 0.
+    the ``window`` tokens before the context's matched suffix), over the largest. All 1.0 for
+    ``window`` 0.
 
     Templated text has slots: a JSON record's value differs from record to record, so the suffix
     after a value (``",\n  "``) matches after *every* key of every past record, and frequency alone
@@ -152,7 +171,9 @@ def context_weights(buffer: np.ndarray, ends: np.ndarray, context: np.ndarray, d
     # an occurrence's window stops at the start of its document (a separator) or of the buffer
     inside = np.cumprod((positions >= 0) & (tokens != SEP), axis=1).astype(bool)
     shared = (np.isin(tokens, mine) & inside).sum(axis=1)
-    return np.exp2(shared.astype(np.float64))
+    # relative to the best-matching occurrence, so the weights add up to an effective number of
+    # occurrences like the context's, which the probability's pseudo-count is measured against
+    return np.exp2((shared - shared.max()).astype(np.float64))
 
 
 def context_draft(context: np.ndarray, max_depth: int, max_tokens: int, min_prob: float) -> SuffixDraft:

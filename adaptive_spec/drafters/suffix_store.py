@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 # occurrences a lookup starts from, the most recent first: a common token's thousands of occurrences
 # would cost milliseconds, and recent outputs are the better guide to the next one
-MAX_CANDIDATES = 2048
+MAX_CANDIDATES = 512
 FORMAT = "adaptive-spec-suffix-history"
 VERSION = 1
 
