@@ -43,6 +43,8 @@ from policies.shadow import ShadowDrafts
 from policies.static import StaticPolicy
 
 _EMPTY = Proposal(tokens=[])
+# how often drafters' gauges (what they hold across requests) reach the observers, at most
+GAUGE_EVERY_S = 5.0
 
 
 class SpeculativeDecoder:
@@ -87,6 +89,7 @@ class SpeculativeDecoder:
         self.observers = ObserverSet(observers)
         # step costs are the engine's, whatever the traffic: cold controllers start from them
         self.cost_memory = StepCostMemory()
+        self._gauges_due = 0.0  # monotonic time of the next report_gauges
 
     def add_drafter(self, drafter: Drafter) -> None:
         with self._exclusive:  # not while a request iterates the drafters
@@ -225,6 +228,19 @@ class SpeculativeDecoder:
         """The token after the prompt, from the prefill's last logits."""
         return verify_greedy([], logits).next_token if cfg.greedy else int(sample(self._probs(logits, cfg), generator)[0])
 
+    def report_gauges(self) -> None:
+        """Tell the observers what the drafters hold across requests (``Drafter.gauges``), at most
+        once per ``GAUGE_EVERY_S``: sizing a history walks its index, too slow for every request."""
+        if not self.observers:
+            return
+        now = time.monotonic()
+        if now < self._gauges_due:
+            return
+        self._gauges_due = now + GAUGE_EVERY_S
+        values = {name: value for drafter in self.drafters.values() for name, value in drafter.gauges().items()}
+        if values:
+            self.observers.notify("on_gauges", self.target_model.name, values)
+
     def request_drafters(self, key: str) -> dict[str, Drafter]:
         """The drafters one request of traffic key ``key`` uses (``Drafter.for_request``), reset."""
         drafters = {name: drafter.for_request(key) for name, drafter in self.drafters.items()}
@@ -295,6 +311,7 @@ class SpeculativeDecoder:
         stats.new_tokens = len(generated)
         for drafter in drafters.values():  # a completed output teaches the drafters that learn across requests
             drafter.learn(generated)
+        self.report_gauges()
         text = self.tokenizer.decode(generated, skip_special_tokens=True)
         return GenerationResult(text=text, token_ids=generated, finish_reason=stop_reason, stats=stats, steps=records)
 

@@ -188,7 +188,7 @@ def bench_section(results_dir: Path, name: str, title: str, what: str, dates: di
     block = per_round_of(data)
     if block is not None:
         parts += [PAIRED + ("" if "per_round" in data else " " + LEGACY_ROUNDS), paired_table(data, block)]
-    if "adaptive" in data["configs"]:
+    if "adaptive" in data["configs"] and any(n.startswith("hf-") for n in data["configs"]):  # it needs a peer
         parts += ["`adaptive` against the others:", adaptive_table(data)]
     command = bench_command(data, name, prompts_file) + ("\nmake bench   # the same run" if name == "engine.json" else "")
     parts.append(provenance(results_dir, [name], dates, command, machine_line(data)))

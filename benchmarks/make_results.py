@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.bench_sections import adaptive_rows, bench_section, corpus_section
+from adaptive_spec.paired import compare
 from benchmarks.suffix_sections import suffix_section
 from benchmarks.results_kit import (BENCH_DIR, NOT_REPORTED, PROMPTS, README, README_BEGIN, README_END, RESULTS_DIR,
                                    RESULTS_MD, load, machine_line, provenance, table)
@@ -473,6 +474,10 @@ def headline(results_dir: Path = RESULTS_DIR) -> str:
         rows.append([f"{batching['requests']} requests at once, plain: {widest} vs one by one",
                      f"**{plain['throughput_ratio']:.2f}×** output tok/s [{plain['ratio_ci'][0]:.2f}, "
                      f"{plain['ratio_ci'][1]:.2f}]", link("batching.json")])
+    if (results_dir / "suffix_repetitive.json").exists():
+        c = compare(load(results_dir, "suffix_repetitive.json")["per_round"], "adaptive-suffix", "adaptive", "")
+        rows.append(["repetitive JSON extraction: `adaptive` with `suffix` vs without",
+                     f"**{c.median:.2f}×** [{c.low:.2f}, {c.high:.2f}]", link("suffix_repetitive.json")])
     return table(["measured", "result", "data"], rows)
 
 

@@ -276,6 +276,17 @@ def decisions(path: str, since: float, model: str | None = None, keys: tuple[str
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def gauges(path: str, since: float, model: str) -> pd.DataFrame:
+    """The engine's sampled gauges in the window (``time``, ``name``, ``value``), oldest first; empty
+    for a store written before the gauges table existed (schema 3)."""
+    exists = query(path, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'gauges'")
+    if exists.empty:
+        return pd.DataFrame(columns=["time", "name", "value"])
+    return query(path, "SELECT time, name, value FROM gauges WHERE time >= ? AND model = ? ORDER BY time, id",
+                 (since, model))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def alerts(path: str, since: float) -> pd.DataFrame:
     """Alerts firing now, and those resolved since ``since``; firing first, newest first."""
     return query(path, "SELECT rule, model, key, drafter, state, fired_at, resolved_at, value, threshold, message, "

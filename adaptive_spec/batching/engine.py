@@ -329,6 +329,7 @@ class BatchedDecoder:
         row.stats.new_tokens = len(row.generated)
         for drafter in row.drafters.values():  # a completed output teaches the drafters that learn across requests
             drafter.learn(row.generated)
+        decoder.report_gauges()
         text = decoder.tokenizer.decode(row.generated, skip_special_tokens=True)
         result = GenerationResult(text=text, token_ids=row.generated, finish_reason=row.stop_reason, stats=row.stats,
                                   steps=row.steps)

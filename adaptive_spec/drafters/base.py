@@ -68,6 +68,10 @@ class Drafter(ABC):
     def learn(self, output: list[int]) -> None:
         """The request this drafter (as ``for_request`` returned it) served completed with ``output``."""
 
+    def gauges(self) -> dict[str, float]:
+        """What the drafter holds across requests, by gauge name (telemetry and the dashboard)."""
+        return {}
+
     def lookup(self, context: list[int], k: int) -> tuple[list[int], int | None, bool]:
         """A draft as shadow drafting and the replay take it (``policies.shadow``): tokens, match
         order, ambiguous. Meant for drafters without probabilities, whose drafts ignore sampling."""

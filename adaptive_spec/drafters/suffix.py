@@ -91,6 +91,9 @@ class SuffixDrafter(Drafter):
     def learn(self, output: list[int]) -> None:
         self.store.add(self.key, list(output))
 
+    def gauges(self) -> dict[str, float]:
+        return {f"suffix_history_{name}": value for name, value in self.store.stats().items()}
+
     def draft(self, context: list[int], k: int) -> SuffixDraft:
         """The better of the request's own match and the history's: the longer match, then the
         higher expected number of accepted tokens."""

@@ -63,6 +63,12 @@ class StoreRecorder:
         with self._lock:
             self._requests[request.request_id] = _Request()
 
+    def on_gauges(self, model: str, values: dict[str, float]) -> None:
+        """The engine's sampled gauges (``SpeculativeDecoder.report_gauges``): one row each."""
+        now = time.time()
+        for name, value in values.items():
+            self.writer.put("gauges", (self.run_id, now, model, name, float(value)))
+
     def on_step(self, request, outcome, events: list) -> None:
         put, run_id = self.writer.put, self.run_id
         model, key = request.model, request.key

@@ -38,7 +38,8 @@ from pathlib import Path
 
 from adaptive_spec.telemetry import access, rollup
 
-SCHEMA_VERSION = 3  # 2: the notifications table; 3: the rollups (an older store gains both when a writer opens it)
+# 2: the notifications table; 3: the rollups; 4: the gauges table (an older store gains them when a writer opens it)
+SCHEMA_VERSION = 4
 
 # column order is the order of the tuples the recorder queues; keep both in step
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -57,6 +58,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "draft_s", "verify_s", "context_len",
     ),
     "decisions": ("run_id", "time", "model", "key", "kind", "drafter", "value", "previous", "detail"),
+    # what the engine holds besides the model (the suffix drafter's history: tokens, bytes), sampled
+    "gauges": ("run_id", "time", "model", "name", "value"),
 }
 
 # the raw tables, then the rollups and their triggers (``rollup.py``); ``connect`` runs them in one
@@ -88,6 +91,10 @@ _DDL = [
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, time REAL NOT NULL, model TEXT NOT NULL, key TEXT NOT NULL,
     kind TEXT NOT NULL, drafter TEXT, value TEXT, previous TEXT, detail TEXT)""",
     """CREATE INDEX IF NOT EXISTS decisions_time ON decisions (time)""",
+    """CREATE TABLE IF NOT EXISTS gauges (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, time REAL NOT NULL, model TEXT NOT NULL, name TEXT NOT NULL,
+    value REAL NOT NULL)""",
+    """CREATE INDEX IF NOT EXISTS gauges_time ON gauges (time)""",
     """CREATE TABLE IF NOT EXISTS alerts (
     id INTEGER PRIMARY KEY, rule TEXT NOT NULL, model TEXT NOT NULL, key TEXT NOT NULL, drafter TEXT NOT NULL,
     state TEXT NOT NULL, fired_at REAL NOT NULL, resolved_at REAL, value REAL, threshold REAL,
@@ -102,7 +109,7 @@ _DDL = [
 
 
 # the time column retention ages each table by
-TIME_COLUMN = {"requests": "end_time", "intervals": "end_time", "steps": "time", "decisions": "time",
+TIME_COLUMN = {"requests": "end_time", "intervals": "end_time", "steps": "time", "decisions": "time", "gauges": "time",
                "alerts": "updated_at", "notifications": "updated_at"}
 # rows retention never deletes: an alert while it fires, a notification until it is delivered or
 # given up (their number is bounded by the webhook's queue_size per receiver)

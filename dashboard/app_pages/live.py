@@ -96,6 +96,25 @@ def over_time(buckets: pd.DataFrame, positions: pd.DataFrame) -> None:
         st.altair_chart(charts.over_time(off, "share_off", "plain steps / steps", "key", y_format=".0%"))
 
 
+def drafter_memory(gauges: pd.DataFrame) -> None:
+    """What the suffix drafter holds of past outputs (bounded by ``--suffix-max-tokens`` per key)."""
+    suffix = gauges[gauges["name"].str.startswith("suffix_history_")]
+    if suffix.empty:
+        return
+    st.subheader("Suffix drafter history")
+    latest = suffix.groupby("name")["value"].last()
+    c = st.columns(4)
+    c[0].metric("tokens held", ui.fmt(latest.get("suffix_history_tokens"), ",.0f"), help="past outputs' tokens, all keys")
+    c[1].metric("outputs held", ui.fmt(latest.get("suffix_history_outputs"), ",.0f"))
+    c[2].metric("traffic keys", ui.fmt(latest.get("suffix_history_keys"), ",.0f"))
+    megabytes = latest.get("suffix_history_memory_bytes")
+    c[3].metric("memory", ui.fmt(None if megabytes is None else megabytes / 1e6, ".1f", unit=" MB"),
+                help="token buffer and index, as allocated")
+    tokens = suffix[suffix["name"] == "suffix_history_tokens"].assign(
+        time=lambda d: pd.to_datetime(d["time"], unit="s"), series="tokens held")
+    st.altair_chart(charts.over_time(tokens, "value", "tokens", "series"))
+
+
 def decision_log(decisions: pd.DataFrame) -> None:
     st.subheader("Controller decisions")
     if decisions.empty:
@@ -131,6 +150,7 @@ def live() -> None:
     refresh = "not refreshing" if st.query_params.get("refresh") == "off" else f"refreshed every {data.TTL_S:g} s"
     st.caption(f"last {window}, {bucket_s:g} s buckets, {refresh}")
     over_time(buckets, data.position_acceptance(path, since, model, keys))
+    drafter_memory(data.gauges(path, since, model))
     decision_log(data.decisions(path, since, model, keys))
 
 
