@@ -40,6 +40,9 @@ def test_every_command_is_mounted():
     (["serve", "--max-queue", "0"], "max_queue"),
     (["serve", "--max-batch", "0"], "max_batch"),
     (["serve", "--max-batch", "4", "--drafters", "ngram,int8"], "drafters"),  # batched rows draft by lookup only
+    (["serve", "--drafters", "ngram,suffix", "--suffix-max-tokens", "0"], "suffix_max_tokens"),
+    (["serve", "--drafters", "ngram", "--suffix-persist"], "suffix_persist"),  # would do nothing without suffix
+    (["serve", "--suffix-shared"], "suffix_shared"),
 ])
 def test_bad_input_is_one_error_naming_the_parameter(args, name):
     result = runner.invoke(app, args)

@@ -58,6 +58,12 @@ def serve(
         raise InvalidParameterError("drafters", drafters, f"{', '.join(unbatchable)} keep a cache per request; with "
                                     "--max-batch above 1 only lookups (ngram, suffix) are batched")
     history = _suffix_history(suffix_max_tokens, suffix_shared)
+    if "suffix" not in names:  # options for a drafter that is not loaded would do nothing, silently
+        given = [(n, v) for n, v, on in (("suffix_persist", suffix_persist, suffix_persist),
+                                         ("suffix_shared", suffix_shared, suffix_shared),
+                                         ("suffix_max_tokens", suffix_max_tokens, suffix_max_tokens != 100_000)) if on]
+        if given:
+            raise InvalidParameterError(*given[0], "needs the suffix drafter: add suffix to --drafters")
     loaded_names = [d for d in names if d != "none"]
     try:
         registry = PolicyRegistry(policy, loaded_names)

@@ -29,12 +29,15 @@ class ServerMetrics:
                                 ["method", "route", "status"], registry=self.registry)
         depth = Gauge("adaptive_spec_queue_depth", "requests waiting for the engine", registry=self.registry)
         depth.set_function(queue_depth)
-        for field, help_text in SUFFIX_GAUGES.items():
-            gauge = Gauge(f"adaptive_spec_suffix_history_{field}", help_text, registry=self.registry)
-            gauge.set_function(lambda field=field: (suffix_stats() or {}).get(field, 0))
+        self._suffix_stats = suffix_stats
+        self._suffix = {field: Gauge(f"adaptive_spec_suffix_history_{field}", help_text, registry=self.registry)
+                        for field, help_text in SUFFIX_GAUGES.items()}
 
     def request(self, method: str, route: str, status: int) -> None:
         self.requests.labels(method, route, str(status)).inc()
 
     def exposition(self) -> tuple[bytes, str]:
+        stats = self._suffix_stats() or {}  # sized once per scrape: it walks the history's index
+        for field, gauge in self._suffix.items():
+            gauge.set(stats.get(field, 0))
         return generate_latest(REGISTRY) + generate_latest(self.registry), CONTENT_TYPE_LATEST
