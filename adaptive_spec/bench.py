@@ -25,6 +25,7 @@ from typing import Callable
 import torch
 import transformers
 
+from adaptive_spec import bench_checkpoint
 from adaptive_spec.config import GenerationConfig
 from adaptive_spec.decoder import SpeculativeDecoder
 from adaptive_spec.drafters import HistoryStore, SuffixDrafter, build_drafter
@@ -81,6 +82,7 @@ def run_bench(
     record_steps: bool = False,
     observers: list | None = None,
     rounds: int = 1,
+    checkpoint: str | os.PathLike | None = None,
 ) -> dict:
     """Run every config on every prompt, interleaved prompt by prompt, ``rounds`` times over, the
     configs' order rotated each round and prompt.
@@ -93,7 +95,10 @@ def run_bench(
     A config with the ``suffix`` drafter has a decoder and a history of past outputs of its own,
     emptied at the start of every round: within a round it drafts from the outputs of the prompts
     before the current one, in file order, as a service seeing that stream once would; never from
-    another config's answer to the same prompt, nor from an earlier round's."""
+    another config's answer to the same prompt, nor from an earlier round's.
+
+    With ``checkpoint`` (a file path) the run's state is saved there after every prompt, and a run
+    of the same command resumes from it (``bench_checkpoint``)."""
     if not (isinstance(rounds, int) and rounds >= 1):
         raise InvalidParameterError("rounds", rounds, "must be an integer >= 1")
     ids = [p.id for p in prompts]
@@ -103,10 +108,16 @@ def run_bench(
     configs = [parse_config(name) for name in config_names]
     if "plain" not in config_names:
         configs.insert(0, parse_config("plain"))  # the reference every output is compared with
+    names = [c.name for c in configs]
+    state = bench_checkpoint.BenchState(
+        bench_checkpoint.signature(target.name, prompts, names, max_new_tokens, rounds, record_steps))
+    if checkpoint is not None:
+        state = bench_checkpoint.load(checkpoint, state.signature) or state
+    state.begin_session()
     drafter_specs = sorted({d for c in configs for d in c.drafters if d not in ("none", "suffix")})
     drafters = {spec: build_drafter(spec, target) for spec in drafter_specs}
     decoder = SpeculativeDecoder(target, drafters.values(), observers=observers)
-    histories = {c.name: HistoryStore() for c in configs if "suffix" in c.drafters}
+    histories = state.histories or {c.name: HistoryStore() for c in configs if "suffix" in c.drafters}
     decoders = {name: SpeculativeDecoder(target, [*drafters.values(), SuffixDrafter(store)], observers=observers)
                 for name, store in histories.items()}
     gen_cfg = GenerationConfig(max_new_tokens=max_new_tokens)
@@ -116,11 +127,11 @@ def run_bench(
     }
     encoded = [decoder.encode_prompt(p.prompt) for p in prompts]
 
-    def run_one(c: BenchConfig, ids: list[int], cfg: GenerationConfig) -> dict:
+    def run_one(c: BenchConfig, ids: list[int], cfg: GenerationConfig, key: str = "") -> dict:
         if c.peer:
             tokens, seconds = peers[c.name].generate(ids, cfg.max_new_tokens)
             return {"token_ids": tokens, "seconds": seconds}
-        result = decoders.get(c.name, decoder).generate(ids, cfg, policy=c.policy)
+        result = decoders.get(c.name, decoder).generate(ids, cfg, policy=c.policy, key=key)
         s = result.stats
         out = {"token_ids": result.token_ids, "seconds": s.elapsed_s, "acceptance_rate": s.acceptance_rate,
                "mean_acceptance_length": s.mean_acceptance_length, "steps": s.steps, "drafts": s.drafts,
@@ -133,17 +144,21 @@ def run_bench(
     for c in configs:  # first calls pay for allocator growth and kernel selection per shape: keep them out
         if c.make_policy:
             c.policy = c.make_policy()
-        run_one(c, encoded[0], gen_cfg)
+        # a key of its own: a suffix drafter's measured history (restored by a resumed run) never
+        # holds the warm-up's answer
+        run_one(c, encoded[0], gen_cfg, key="warm-up")
         if c.make_policy:  # the measured run starts with a fresh controller: it must learn on the job
-            c.policy = c.make_policy()
+            c.policy = state.policies[c.name] if c.name in state.policies else c.make_policy()
 
-    runs: dict[tuple[str, int], list[dict]] = defaultdict(list)  # (config, prompt index) -> one row per round
-    names = [c.name for c in configs]
+    runs: dict[tuple[str, int], list[dict]] = defaultdict(list, state.runs)  # (config, prompt) -> a row per round
     by_name = {c.name: c for c in configs}
-    for round_ in range(rounds):
-        for store in histories.values():
-            store.clear()
-        for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
+    for round_ in range(state.next_round, rounds):
+        first = state.next_prompt if round_ == state.next_round else 0
+        if first == 0:
+            for store in histories.values():
+                store.clear()
+        for i in range(first, len(prompts)):
+            prompt, ids = prompts[i], encoded[i]
             for position, name in enumerate(schedule(names, round_, i)):
                 if progress:
                     where = f"round {round_ + 1}/{rounds} · " if rounds > 1 else ""
@@ -152,9 +167,16 @@ def run_bench(
                 out.update(id=prompt.id, kind=prompt.kind, new_tokens=len(out["token_ids"]), position=position)
                 out["tokens_per_s"] = out["new_tokens"] / out["seconds"]
                 runs[(name, i)].append(out)
+            if checkpoint is not None:
+                state.advance(round_, i, len(prompts))
+                state.runs, state.histories = dict(runs), histories
+                state.policies = {c.name: c.policy for c in configs if c.policy is not None}
+                bench_checkpoint.save(checkpoint, state)
     rows = {c.name: [_median_round(runs[(c.name, i)]) for i in range(len(prompts))] for c in configs}
     result = summarize(target.name, max_new_tokens, prompts, configs, rows)
     result["rounds"] = rounds
+    if checkpoint is not None:
+        result["sessions"] = state.sessions  # more than one: the run was stopped and resumed
     result["per_round"] = per_round_block(prompts, names, runs)
     result["paired"] = paired_report(result["per_round"])
     result["positions"] = position_counts(result["per_round"])

@@ -198,6 +198,7 @@ def bench(
     steps: bool = typer.Option(False, "--steps", help="Keep every step's record in the JSON (for timelines)."),
     telemetry: str = typer.Option("sqlite", help=TELEMETRY_HELP),
     rounds: int = typer.Option(1, "--rounds", help="Run the interleaved sequence this many times, the configs' order rotated each round; paired ratios with 95% bootstrap intervals over prompts and rounds."),
+    checkpoint: Path | None = typer.Option(None, "--checkpoint", help="Save the run's state here after every prompt; the same command run again resumes from it (a long run survives being stopped). A pickle: resume only from files you wrote."),
 ) -> None:
     """Run configs side by side on the same prompts (greedy) and compare with plain decoding."""
     from adaptive_spec.bench import markdown_paired, markdown_table, parse_config, render_paired, render_table, run_bench
@@ -212,6 +213,8 @@ def bench(
     if split is not None:
         rows = select_split(rows, split, str(prompts))
     check_writable(out, "out")
+    if checkpoint is not None:
+        check_writable(checkpoint, "checkpoint")
     names = [c.strip() for c in configs.split(",") if c.strip()]
     for name in names:
         check_drafters(parse_config(name).drafters, "configs", name)
@@ -222,7 +225,7 @@ def bench(
         target = load_model(model, device=torch_device, dtype=torch_dtype)
     with err.status("benchmarking ...") as status:
         result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: status.update(f"benchmarking {msg}"),
-                           record_steps=steps, observers=observers, rounds=rounds)
+                           record_steps=steps, observers=observers, rounds=rounds, checkpoint=checkpoint)
     result["prompts_file"] = str(prompts)  # RESULTS.md names the file a result was run on
     if split is not None:
         result["split"] = split

@@ -174,6 +174,8 @@ def bench_command(data: dict, name: str, prompts_file: str | None = None) -> str
         parts.append("--steps")
     if data.get("rounds", 1) > 1:
         parts.append(f"--rounds {data['rounds']}")
+    if data.get("sessions"):  # a run saved to a checkpoint (and resumable from it)
+        parts.append(f"--checkpoint benchmarks/results/{Path(name).stem}.ckpt.gz")
     parts.append(f"--out benchmarks/results/{name} \\\n  --configs {','.join(data['configs'])}")
     return " ".join(parts)
 
@@ -185,6 +187,12 @@ def bench_section(results_dir: Path, name: str, title: str, what: str, dates: di
     prompts = f"[`{prompts_file}`]({prompts_file.removeprefix('benchmarks/')})"
     parts = [f"## {title}", what.format(tokens=data["max_new_tokens"], prompts=prompts, rounds=data.get("rounds", 1)),
              "Tokens/s (× plain):", bench_table(data)]
+    sittings = data.get("sessions") or []
+    if len(sittings) > 1:  # say so: the machine's speed may differ between sittings (pairs never span two)
+        starts = "; ".join(f"{s['started']} from round {s['from_round'] + 1}, prompt {s['from_prompt'] + 1}"
+                           for s in sittings)
+        parts[1] += (f" Run in {len(sittings)} sittings, stopped and resumed from its checkpoint with its "
+                     f"controllers as they were ({starts}); a paired unit (one prompt of one round) never spans two.")
     block = per_round_of(data)
     if block is not None:
         parts += [PAIRED + ("" if "per_round" in data else " " + LEGACY_ROUNDS), paired_table(data, block)]

@@ -30,6 +30,7 @@ from pathlib import Path
 from benchmarks.bench_sections import adaptive_rows, bench_section, corpus_section
 from adaptive_spec.paired import compare
 from benchmarks.suffix_sections import suffix_section
+from benchmarks.serve_shift import phase_plan
 from benchmarks.results_kit import (BENCH_DIR, NOT_REPORTED, PROMPTS, README, README_BEGIN, README_END, RESULTS_DIR,
                                    RESULTS_MD, load, machine_line, provenance, table)
 
@@ -289,11 +290,11 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
             sim, err = run["simulated_e2e_s" + suffix], run["simulator_error" + suffix]
             cells += [f"{sim[q]:.2f} ({err[q]:+.0%})" for q in ("p50", "p95")]
         rows.append(cells)
-    phases = " → ".join(data["phases"].split(","))
+    phases = " → ".join(f"{kind} {seconds:g} s" for kind, seconds in phase_plan(data["phases"], data["phase_s"]))
     what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve`: [`{Path(data['prompts']).name}`]"
             f"({Path(data['prompts']).name}) prompts"
             + (f" on `/v1/{'chat/completions' if data['endpoint'] == 'chat' else 'completions'}`" if data.get("endpoint") else "")
-            + f", {phases} ({data['phase_s']:g} s each), Poisson arrivals, "
+            + f", {phases}, Poisson arrivals, "
             f"{data['max_tokens']} new tokens, greedy; every config replays the same seeded arrivals. Goodput: "
             f"requests per second meeting `{data['goodput_slos']}` (ms). The simulator replays each run's "
             f"completed requests with [`{Path(data['profile']).name}`](../{data['profile']}) and the same policy"
@@ -306,7 +307,7 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
     also = "".join(f" --also-rate {r['rate']:g}" for r in data["runs"] if r["rate"] != data["rate"])
     flags = (" --calibrate" if data.get("calibrated_first") else "") + (" --per-prompt" if per_prompt else "")
     flags += f" --endpoint {data['endpoint']}" if data.get("endpoint") else ""
-    command = (f".venv/bin/python -m benchmarks.serve_shift --rate {data['rate']:g} --phase-s {data['phase_s']:g} "
+    command = (f".venv/bin/python -m benchmarks.serve_shift --rate {data['rate']:g} --phase-s {data['phase_s']:g} --phases {data['phases']} "
                f"--rounds {data['rounds']}{also}{flags} --profile {data['profile']} --out benchmarks/results/serve_shift.json")
     if data.get("caveat"):
         what += f" **Caveat:** {data['caveat']}"

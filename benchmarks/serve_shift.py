@@ -73,7 +73,7 @@ def start_server(port: int, extra: list[str] | tuple[str, ...] = ()) -> subproce
 
 def loadgen(url: str, args: argparse.Namespace, config: str, rate: float, seed: int, out: Path) -> dict:
     speculation, _ = CONFIGS[config]
-    schedule = ",".join(f"{kind}:{args.phase_s:g}" for kind in args.phases.split(","))
+    schedule = ",".join(f"{kind}:{seconds:g}" for kind, seconds in phase_plan(args.phases, args.phase_s))
     command = [sys.executable, "-m", "adaptive_spec.cli", "loadgen", "--url", url, "--prompts", str(args.prompts),
                "--rate", str(rate), "--schedule", schedule, "--max-tokens", str(args.max_tokens),
                "--temperature", "0", "--seed", str(seed), "--traffic-key", f"serve-shift-{config}",
@@ -82,6 +82,21 @@ def loadgen(url: str, args: argparse.Namespace, config: str, rate: float, seed: 
                "--out", str(out), "--quiet"]
     subprocess.run(command, check=True, cwd=ROOT)
     return json.loads(out.read_text())
+
+
+def phase_plan(phases: str, phase_s: float) -> list[tuple[str, float]]:
+    """``copy,open`` (each ``phase_s`` long) or ``copy:300,open:150`` (each its own length)."""
+    plan = []
+    for item in phases.split(","):
+        kind, _, seconds = item.partition(":")
+        try:
+            length = float(seconds) if seconds else phase_s
+        except ValueError:
+            length = -1.0
+        if not kind or not length > 0:
+            raise ValueError(f"phases={phases!r}: {item!r} is not KIND or KIND:SECONDS with SECONDS > 0")
+        plan.append((kind, length))
+    return plan
 
 
 TRACE_FIELDS = ("arrival_s", "id", "class", "prompt_tokens", "output_tokens", "ok", "status", "ttft_ms", "e2el_ms")
@@ -132,7 +147,8 @@ def summarize(report: dict) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=Path, default=ROOT / "benchmarks" / "shift.jsonl")
-    parser.add_argument("--phases", default="copy,open,copy")
+    parser.add_argument("--phases", default="copy,open,copy",
+                        help="the schedule's kinds in order, each KIND (--phase-s long) or KIND:SECONDS")
     parser.add_argument("--phase-s", type=float, default=100.0)
     parser.add_argument("--rate", type=float, default=0.15)
     parser.add_argument("--also-rate", type=float, action="append", default=[], help="adaptive at another load")
@@ -156,6 +172,10 @@ def main(argv: list[str] | None = None) -> None:
                         ("rounds", args.rounds), *(("also_rate", r) for r in args.also_rate)):
         if not value > 0:
             parser.error(f"{name}={value}: must be > 0")
+    try:
+        phase_plan(args.phases, args.phase_s)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.calibrate and args.profile is None:
         parser.error("calibrate: name the profile to write with --profile (not the shipped default)")
     if args.calibrate and args.resimulate is not None:

@@ -214,6 +214,15 @@ class HistoryStore:
         self._histories: OrderedDict[str, History] = OrderedDict()
         self._lock = threading.Lock()  # the worker drafts and adds; a shutdown hook may save
 
+    def __getstate__(self) -> dict:  # pickled by a bench checkpoint: everything but the lock
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def for_key(self, key: str) -> History:
         key = "" if self.limits.shared else key
         with self._lock:
