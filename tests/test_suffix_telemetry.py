@@ -48,3 +48,27 @@ def test_live_page_shows_what_the_history_holds(recorded, monkeypatch):
     assert "Suffix drafter history" in [s.value for s in at.subheader]
     assert shown["tokens held"] == f"{stats['tokens']:,}" and shown["outputs held"] == "3"
     assert shown["traffic keys"] == "2" and shown["memory"] == f"{stats['memory_bytes'] / 1e6:.1f} MB"
+
+
+def test_the_history_size_is_exported_as_opentelemetry_gauges_with_the_server_s_names():
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from adaptive_spec.telemetry.otel import OTelObserver
+
+    registry = CollectorRegistry()
+    observer = OTelObserver(MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)]))
+    history = HistoryStore()
+    decoder = SpeculativeDecoder(loaded(tiny_llama(seed=3), name="tiny"), [SuffixDrafter(history)],
+                                 StaticPolicy("suffix", 4), observers=[observer])
+    with one_thread():
+        for i, key in enumerate(["a", "b"]):
+            decoder._gauges_due = 0.0
+            decoder.generate([5, 9, 13, i], max_new_tokens=16, key=key)
+    text = generate_latest(registry).decode()
+    stats = history.stats()
+    for name in ("tokens", "outputs", "keys", "memory_bytes"):
+        line = next(l for l in text.splitlines() if l.startswith(f"adaptive_spec_suffix_history_{name}{{"))
+        assert 'gen_ai_request_model="tiny"' in line and float(line.rsplit(" ", 1)[1]) == stats[name]
+    assert stats["tokens"] == 32 and stats["keys"] == 2

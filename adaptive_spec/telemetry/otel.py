@@ -29,6 +29,9 @@ Metrics (Prometheus names after the exporter's translation in brackets):
 - gauges by model and ``adaptive_spec.traffic_key``: ``adaptive_spec.speculation.k`` (current k),
   ``adaptive_spec.speculation.enabled`` (1/0, see ``tracker.py``), and
   ``adaptive_spec.speculation.active_drafter`` (1 for the active drafter, 0 for the others seen)
+- what drafters hold across requests, by model (``SpeculativeDecoder.report_gauges``, every few
+  seconds): ``adaptive_spec.suffix_history_tokens``, ``_outputs``, ``_keys``, ``_memory_bytes``
+  [``adaptive_spec_suffix_history_tokens`` ...: the server's /metrics names]
 
 Derived rates (PromQL in ``deploy/prometheus/alerts.yml``)::
 
@@ -119,6 +122,8 @@ class OTelObserver:
         self.k_gauge = g("adaptive_spec.speculation.k", description="Draft length of the last speculative step")
         self.enabled_gauge = g("adaptive_spec.speculation.enabled", description="1 while speculation is on")
         self.drafter_gauge = g("adaptive_spec.speculation.active_drafter", description="1 for the active drafter")
+        self._meter = meter
+        self._engine_gauges: dict[str, Any] = {}  # created as the engine first reports each name
         self.tracker = SpeculationTracker()
         self._counts: dict[tuple[str, str], _Counts] = {}
         self._active: dict[int, _Active] = {}
@@ -200,6 +205,15 @@ class OTelObserver:
                                       _event_attributes(event), timestamp=int(e.time * 1e9))
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush_counters()
+
+    def on_gauges(self, model: str, values: dict[str, float]) -> None:
+        """The engine's sampled gauges (``SpeculativeDecoder.report_gauges``), by model."""
+        for name, value in values.items():
+            gauge = self._engine_gauges.get(name)
+            if gauge is None:
+                gauge = self._engine_gauges[name] = self._meter.create_gauge(
+                    f"adaptive_spec.{name}", description=f"{name.replace('_', ' ')}, as the engine last reported it")
+            gauge.set(float(value), {"gen_ai.request.model": model})
 
     def on_request_end(self, request, result, error) -> None:
         with self._lock:
