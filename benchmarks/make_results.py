@@ -281,37 +281,60 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
     data = load(results_dir, "serve_shift.json")
     per_prompt = bool(data.get("per_prompt"))
     suffixes = ("", "_per_prompt") if per_prompt else ("",)
-    rows = []
+    at_speed = any("speed_factor" in run for run in data["runs"])
+
+    def predicted(run: dict, speed: str) -> list[str]:
+        cells = []
+        for suffix in suffixes:
+            sim, err = run.get("simulated_e2e_s" + suffix + speed), run.get("simulator_error" + suffix + speed)
+            cells += ["-"] * 2 if sim is None else [f"{sim[q]:.2f} ({err[q]:+.0%})" for q in ("p50", "p95")]
+        return cells
+
+    rows, calibrated_rows = [], []
     for run in data["runs"]:
         cells = [f"`{run['config']}`", f"{run['rate']:g}", str(run["round"] + 1), f"{run['completed']}/{run['requests']}",
                  f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
                  "-" if run["goodput_rps"] is None else f"{run['goodput_rps']:.3f}"]
-        for suffix in suffixes:
-            sim, err = run["simulated_e2e_s" + suffix], run["simulator_error" + suffix]
-            cells += [f"{sim[q]:.2f} ({err[q]:+.0%})" for q in ("p50", "p95")]
-        rows.append(cells)
-    phases = " → ".join(f"{kind} {seconds:g} s" for kind, seconds in phase_plan(data["phases"], data["phase_s"]))
+        if at_speed:
+            plain = run.get("plain_steps") or {}
+            cells.append(f"{plain['mean_s'] * 1e3:.1f} ms × {plain['count']:.0f} (×{run['speed_factor']:.2f})"
+                         if run.get("speed_factor") else f"{plain.get('count', 0):.0f} steps: too few")
+            rows.append(cells + predicted(run, "_at_speed"))
+            calibrated_rows.append(cells[:2] + predicted(run, ""))
+        else:
+            rows.append(cells + predicted(run, ""))
     what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve`: [`{Path(data['prompts']).name}`]"
             f"({Path(data['prompts']).name}) prompts"
             + (f" on `/v1/{'chat/completions' if data['endpoint'] == 'chat' else 'completions'}`" if data.get("endpoint") else "")
-            + f", {phases}, Poisson arrivals, "
-            f"{data['max_tokens']} new tokens, greedy; every config replays the same seeded arrivals. Goodput: "
-            f"requests per second meeting `{data['goodput_slos']}` (ms). The simulator replays each run's "
+            + f", {' → '.join(f'{kind} {seconds:g} s' for kind, seconds in phase_plan(data['phases'], data['phase_s']))}, "
+            f"Poisson arrivals, {data['max_tokens']} new tokens, greedy; every config replays the same seeded arrivals. "
+            f"Goodput: requests per second meeting `{data['goodput_slos']}` (ms). The simulator replays each run's "
             f"completed requests with [`{Path(data['profile']).name}`](../{data['profile']}) and the same policy"
             + (", calibrated right before serving" if data.get("calibrated_first") else "")
             + (": *by kind* takes each request's class to be its prompt's kind (copy, open), *by prompt* its prompt, "
                "whose acceptance `calibrate --per-prompt` measured offline." if per_prompt else "."))
+    if at_speed:
+        what += (" The machine's speed moves by a quarter and more within minutes here, so each run also measured what "
+                 "the server's plain steps (no draft verified) cost while it ran (`/metrics`, drafter `none`, after minus "
+                 "before), and the first table's predictions use the profile with every cost scaled by that over the "
+                 "profile's plain step (the factor in the *plain step* column): one number for the machine's speed, "
+                 "from plain steps only; acceptance, the controller and queueing stay the simulator's to predict. The "
+                 "second table predicts with the profile as calibrated.")
     header = ["config", "req/s offered", "round", "completed", "E2EL p50 s", "E2EL p95 s", "goodput req/s"]
-    for label in ((" by kind", " by prompt") if per_prompt else ("",)):
-        header += [f"simulated{label} p50 s (error)", f"simulated{label} p95 s (error)"]
+    labels = (" by kind", " by prompt") if per_prompt else ("",)
+    simulated = [f"simulated{label} {q} s (error)" for label in labels for q in ("p50", "p95")]
     also = "".join(f" --also-rate {r['rate']:g}" for r in data["runs"] if r["rate"] != data["rate"])
     flags = (" --calibrate" if data.get("calibrated_first") else "") + (" --per-prompt" if per_prompt else "")
     flags += f" --endpoint {data['endpoint']}" if data.get("endpoint") else ""
-    command = (f".venv/bin/python -m benchmarks.serve_shift --rate {data['rate']:g} --phase-s {data['phase_s']:g} --phases {data['phases']} "
+    command = (f".venv/bin/python -m benchmarks.serve_shift --rate {data['rate']:g} --phase-s {data['phase_s']:g} "
+               f"--phases {data['phases']} "
                f"--rounds {data['rounds']}{also}{flags} --profile {data['profile']} --out benchmarks/results/serve_shift.json")
     if data.get("caveat"):
         what += f" **Caveat:** {data['caveat']}"
-    return "\n\n".join(["## Served traffic through a shift", what, table(header, rows),
+    tables = [table(header + (["plain step in the run"] if at_speed else []) + simulated, rows)]
+    if at_speed:
+        tables += ["With the profile as calibrated:", table(["config", "req/s offered"] + simulated, calibrated_rows)]
+    return "\n\n".join(["## Served traffic through a shift", what, *tables,
                         provenance(results_dir, ["serve_shift.json"], dates, command, machine_line(data))])
 
 

@@ -18,12 +18,22 @@ copy), so the second says how much of the first's error is the kind's average. `
 measures the profile (``calibrate --per-prompt`` on the same prompts) right before serving, so the
 step costs it times are the machine's of the moment.
 
+The machine's speed is not that of any one moment: on a shared 2-core machine a plain step has
+cost 84 ms at a calibration and 66 ms twenty minutes later. So each run also records what the
+server's plain steps (no draft verified) cost while it ran, from ``/metrics`` before and after
+(``adaptive_spec_decode_duration`` over ``adaptive_spec_decode_output_tokens`` for drafter
+``none``), and each prediction is made twice: with the profile as calibrated, and with every cost
+in it scaled by that run's plain step over the profile's (``*_at_speed``): one number for the
+machine's speed, measured on plain steps only, so acceptance, the controller and queueing remain
+the simulator's to predict.
+
     python -m benchmarks.serve_shift --rate 0.15 --phase-s 100 --out benchmarks/results/serve_shift.json
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -38,8 +48,12 @@ from pathlib import Path
 
 import httpx
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from adaptive_spec.outputs import output_path, write_json_atomic
 from benchmarks.sim_validation import simulate_trace
+from simulator.cost_model import fit_cost_model
+from simulator.profile import profile_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"adaptive": ({"mode": "auto"}, "adaptive"),
@@ -99,24 +113,67 @@ def phase_plan(phases: str, phase_s: float) -> list[tuple[str, float]]:
     return plan
 
 
+# plain steps a run must have made for its speed to be measured (fewer: no prediction at speed)
+MIN_PLAIN_STEPS = 50
+
+
+def plain_step_totals(exposition: str) -> tuple[float, float]:
+    """Seconds and count of the server's plain steps so far (drafter ``none``), from ``/metrics``."""
+    seconds = tokens = 0.0
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.labels.get("adaptive_spec_drafter") != "none" or not sample.name.endswith("_total"):
+                continue
+            if sample.name.startswith("adaptive_spec_decode_duration"):
+                seconds += sample.value
+            elif sample.name.startswith("adaptive_spec_decode_output_tokens"):
+                tokens += sample.value  # a plain step emits one token
+    return seconds, tokens
+
+
+def scrape_plain_steps(url: str) -> tuple[float, float]:
+    return plain_step_totals(httpx.get(f"{url}/metrics", timeout=30).text)
+
+
+def at_speed(profile: str, plain_step_s: float, context: float) -> tuple[object, float]:
+    """The profile with every cost scaled so that its plain step at ``context`` costs ``plain_step_s``,
+    and the scale."""
+    raw = json.loads(Path(profile).read_text(encoding="utf-8"))
+    factor = plain_step_s / fit_cost_model(profile_from_dict(raw, profile)).verify_s(1, round(context))
+    scaled = copy.deepcopy(raw)
+    for sample in scaled["prefill"] + scaled["verify"]:
+        sample["seconds"] *= factor
+    for cost in scaled["draft"].values():
+        for key in ("per_token_s", "per_call_s"):
+            cost[key] *= factor
+    return profile_from_dict(scaled, f"{profile} at x{factor:.3f}"), factor
+
+
 TRACE_FIELDS = ("arrival_s", "id", "class", "prompt_tokens", "output_tokens", "ok", "status", "ttft_ms", "e2el_ms")
 
 
 def predict(run: dict, profile: str, per_prompt: bool = False) -> dict:
     """The simulator's p50/p95 end-to-end latency for the run's completed requests, and its error;
-    with ``per_prompt`` also with every request's prompt as its class (``*_per_prompt``)."""
+    with ``per_prompt`` also with every request's prompt as its class (``*_per_prompt``); where the
+    run measured its plain steps' cost, also with the profile scaled to it (``*_at_speed``)."""
     rows = [r for r in run["trace"] if r["ok"]]
+    profiles = {"": profile}
+    plain = run.get("plain_steps")
     out = {}
+    if plain and plain["count"] >= MIN_PLAIN_STEPS:
+        context = sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in rows) / len(rows)
+        profiles["_at_speed"], out["speed_factor"] = at_speed(profile, plain["mean_s"], context)
     for suffix, by_prompt in (("", False), ("_per_prompt", True)):
         if by_prompt and not per_prompt:
             continue
         if by_prompt and any("id" not in r for r in rows):
             raise ValueError("per_prompt: this run's trace does not record each request's prompt id")
         replay = [{**r, "class": r["id"]} for r in rows] if by_prompt else rows
-        predicted = simulate_trace(replay, profile, CONFIGS[run["config"]][1], run["round"])["e2e_s"]
-        measured = run["e2el_s"]
-        out["simulated_e2e_s" + suffix] = predicted
-        out["simulator_error" + suffix] = {q: (predicted[q] - measured[q]) / measured[q] for q in ("p50", "p95")}
+        for speed, chosen in profiles.items():
+            predicted = simulate_trace(replay, chosen, CONFIGS[run["config"]][1], run["round"])["e2e_s"]
+            measured = run["e2el_s"]
+            out["simulated_e2e_s" + suffix + speed] = predicted
+            out["simulator_error" + suffix + speed] = {q: (predicted[q] - measured[q]) / measured[q] for q in ("p50", "p95")}
     return out
 
 
@@ -212,16 +269,26 @@ def main(argv: list[str] | None = None) -> None:
                 plan = [(c, args.rate) for c in order] + ([("adaptive", rate) for rate in args.also_rate] if r == 0 else [])
                 for config, rate in plan:
                     print(f"round {r + 1}/{args.rounds}: {config} at {rate:g} req/s", flush=True)
+                    before = scrape_plain_steps(url)
                     report = loadgen(url, args, config, rate, r, Path(tmp) / f"{config}-{rate}-{r}.json")
-                    run = {"round": r, "config": config, "rate": rate, **summarize(report)}
+                    after = scrape_plain_steps(url)
+                    steps = after[1] - before[1]
+                    run = {"round": r, "config": config, "rate": rate, **summarize(report),
+                           "plain_steps": {"count": steps, "mean_s": (after[0] - before[0]) / steps if steps else None}}
                     run.update(predict(run, args.profile, args.per_prompt))
                     runs.append(run)
                     print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "
                           f"{run['goodput_rps']} req/s", flush=True)
                     for suffix in ("", "_per_prompt") if args.per_prompt else ("",):
-                        sim, err = run["simulated_e2e_s" + suffix], run["simulator_error" + suffix]
-                        print(f"  simulated{suffix.replace('_', ' ')}: p50 {sim['p50']:.2f} s ({err['p50']:+.1%}), "
-                              f"p95 {sim['p95']:.2f} s ({err['p95']:+.1%})", flush=True)
+                        for speed in ("", "_at_speed"):
+                            if "simulated_e2e_s" + suffix + speed not in run:
+                                continue
+                            sim, err = run["simulated_e2e_s" + suffix + speed], run["simulator_error" + suffix + speed]
+                            print(f"  simulated{(suffix + speed).replace('_', ' ')}: p50 {sim['p50']:.2f} s "
+                                  f"({err['p50']:+.1%}), p95 {sim['p95']:.2f} s ({err['p95']:+.1%})", flush=True)
+                    if run.get("speed_factor"):
+                        print(f"  plain step {run['plain_steps']['mean_s'] * 1e3:.1f} ms over "
+                              f"{run['plain_steps']['count']:.0f} steps: profile x{run['speed_factor']:.3f}", flush=True)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
