@@ -30,7 +30,7 @@ One iteration::
 
 from __future__ import annotations
 
-from simulator.replica import Replica
+from simulator.replica import NO_TOKENS, Replica
 
 
 class BatchingReplica(Replica):
@@ -65,7 +65,7 @@ class BatchingReplica(Replica):
             steps = []
             looked_up: dict[str, list[int]] = {}
             for request, session, _ in running:
-                plan = session.plan(request.generated)  # 2
+                plan = session.plan(request.generated, NO_TOKENS)  # 2
                 draft = drafts.draw(request.klass, session, plan)  # 3
                 if plan.k > 0:
                     looked_up.setdefault(plan.drafter, []).append(draft.looked_up)

@@ -90,6 +90,10 @@ class ProfileDrafts:
         """Drafters of ``klass`` whose drafts go through the policy's match gate."""
         return self.table.match_kinds(klass).keys()
 
+    def shadows(self, klass: str, policy) -> ShadowDraws:
+        """The shadow drafts of one request of ``klass`` (its lookups, as the engine runs them)."""
+        return ShadowDraws(self.table, self.rand, klass, policy, self.gated(klass))
+
     def draw(self, klass: str, session: DecodeSession, plan: StepPlan) -> Draft:
         if plan.k == 0:
             return PLAIN_DRAFT
@@ -115,3 +119,38 @@ class ProfileDrafts:
         while accepted < proposed and rand() < probs[accepted]:
             accepted += 1
         return Draft(proposed, accepted, None, False, False, proposed)
+
+
+class ShadowDraws:
+    """Shadow drafts, simulated: while a request decodes plainly the engine still runs its lookups
+    (they cost nothing) and, as plain decoding produces the next tokens, tells the policy how many
+    of theirs would have been accepted (``policies/shadow.py``); the adaptive controller turns
+    speculation back on from that evidence, without a probe. Here each plain step's shadow outcome
+    is drawn at once from the class's match kinds, as a gated draft is: a miss, or a kind of match
+    and its per-position acceptance. ``DecodeSession`` calls ``propose`` on plain steps."""
+
+    __slots__ = ("table", "rand", "klass", "policy", "k", "drafters")
+
+    def __init__(self, table: AcceptanceTable, rand: Callable[[], float], klass: str, policy,
+                 drafters: Collection[str]) -> None:
+        self.table, self.rand, self.klass, self.policy = table, rand, klass, policy
+        self.k = policy.shadow_k
+        self.drafters = list(drafters) if self.k > 0 else []
+
+    def propose(self, context=None) -> None:
+        rand, k = self.rand, self.k
+        for drafter in self.drafters:
+            u = rand()
+            for cumulative, order, ambiguous, probs in self.table.matches(self.klass, drafter):
+                if u < cumulative:
+                    break
+            else:
+                self.policy.observe_shadow(drafter, k, 0)  # no match: a step would have gained nothing
+                continue
+            accepted = 0
+            while accepted < k and rand() < probs[accepted]:
+                accepted += 1
+            self.policy.observe_shadow(drafter, k, accepted, order, ambiguous)
+
+    def resolve(self, context, verified_drafter) -> None:
+        """Nothing pending: outcomes are drawn when proposed."""

@@ -13,6 +13,10 @@ Each request is served through the step protocol the engine uses (``policies.ses
     4. advance:  yield env.timeout(draft_s + verify_s)   (one event per step)
     5. finish:   session.finish(...)          the StepOutcome; the policy learns; hooks.on_step
 
+A plain step also runs the request's shadow drafts (``ShadowDraws``: the lookups' would-be
+acceptance, drawn from the class's match kinds), as the engine does: they are how the adaptive
+controller sees that speculation pays again while it is off.
+
 One SimPy timeout per *step* (never per token) keeps the loop at a few microseconds, which is
 what lets 100k requests run in under a minute.
 """
@@ -28,6 +32,10 @@ from policies.session import DecodeSession
 from simulator.drafts import Draft, ProfileDrafts
 from simulator.entities import Request, RequestClass
 from simulator.policy_factory import PolicyPool
+
+# what a step passes the session for its shadow drafts: no tokens (ShadowDraws draws outcomes), but
+# not None, which would skip them
+NO_TOKENS: tuple[int, ...] = ()
 
 
 class Replica:
@@ -77,10 +85,13 @@ class Replica:
         self.hooks.on_request_completion(request, self.env.now)
 
     def open_session(self, request: Request) -> DecodeSession:
-        """The request's step protocol with its class's policy (after prefill: one token is out)."""
+        """The request's step protocol with its class's policy (after prefill: one token is out),
+        with shadow drafts where the draw source simulates them (``ProfileDrafts.shadows``)."""
         key = self.classes[request.klass].key
-        return DecodeSession(self.policies.get(key), request.output_tokens, key=key,
-                             gated=self.drafts.gated(request.klass))
+        policy = self.policies.get(key)
+        shadows = getattr(self.drafts, "shadows", None)  # a scripted draw source may have none
+        return DecodeSession(policy, request.output_tokens, key=key, gated=self.drafts.gated(request.klass),
+                             shadow=shadows(request.klass, policy) if shadows is not None else None)
 
     def draft_s(self, drafter: str, k: int, draft: Draft) -> float:
         """A plan to draft costs the lookup or the draft, even when nothing came of it."""
@@ -112,7 +123,7 @@ class SerialReplica(Replica):
             klass = request.klass
             context = request.prompt_tokens + 1
             while request.generated < request.output_tokens:
-                plan = session.plan(request.generated)  # 1
+                plan = session.plan(request.generated, NO_TOKENS)  # 1
                 draft = drafts.draw(klass, session, plan)  # 2
                 draft_s = self.draft_s(plan.drafter, plan.k, draft)  # 3
                 verify_s = cost.verify_s(draft.proposed + 1, context)

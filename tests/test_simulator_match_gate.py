@@ -57,3 +57,55 @@ def test_gated_simulation_is_deterministic_and_beats_the_ungated_policy():
     ungated = simulate(_scenario(), lambda seed, key="": AdaptivePolicy(["ngram"], AdaptiveConfig(match_gate=False),
                                                                        seed=seed, key=key))
     assert gated.summary["acceptance"]["tokens_per_step"] > ungated.summary["acceptance"]["tokens_per_step"]
+
+
+# open-ended traffic: lookups rarely match, and what they match is not what the model writes
+CHAT = {"per_position": [0.02], "hit_rate": 0.4, "matches": [
+    {"order": 1, "ambiguous": True, "share": 0.4, "per_position": [0.02]},
+]}
+
+
+class NoShadowLearning(AdaptivePolicy):
+    """The adaptive policy deaf to shadow drafts (the simulator before it drew them)."""
+
+    def observe_shadow(self, *args, **kwargs):
+        pass
+
+
+def _shift_steps(policy):
+    """Steps of a chat -> copy shift, in order; one policy for both classes (one traffic key)."""
+    raw = scenario_dict(profile__acceptance__copy__ngram=COPY, profile__acceptance__chat__ngram=CHAT,
+                        workload__mix={"chat": 1.0}, workload__shifts=[{"at_s": 300, "mix": {"copy": 1.0}}],
+                        workload__duration_s=420)
+    for name in ("copy", "chat"):
+        raw["classes"][name]["key"] = "service"
+    env = simpy.Environment()
+    sim = build_simulation(env, scenario_from_dict(raw), policy)
+    steps = []
+    sim.metrics.on_step = lambda outcome, batch=1, _inner=sim.metrics.on_step: (steps.append((env.now, outcome)), _inner(outcome, batch))
+    env.run()
+    table = sim.metrics.table()
+    copy = table.class_names.index("copy")
+    first_copy = min(t for t, k in zip(table.start_s, table.klass) if k == copy)
+    return [o for t, o in steps if t > first_copy], [o for t, o in steps if 200 <= t < 300]
+
+
+def test_shadow_drafts_turn_speculation_back_on_after_a_shift_as_in_the_engine():
+    shadows = []
+
+    class Counting(AdaptivePolicy):
+        def observe_shadow(self, *args, **kwargs):
+            shadows.append(args)
+            super().observe_shadow(*args, **kwargs)
+
+    def plain_steps_before_drafting(steps):
+        return next(i for i, o in enumerate(steps) if o.proposed > 0)
+
+    with_shadows, late_chat = _shift_steps(lambda seed, key="": Counting(["ngram"], seed=seed, key=key))
+    without, _ = _shift_steps(lambda seed, key="": NoShadowLearning(["ngram"], seed=seed, key=key))
+    assert sum(o.proposed > 0 for o in late_chat) < 0.1 * len(late_chat)  # speculation off on chat traffic
+    assert shadows and all(k == AdaptivePolicy(["ngram"]).shadow_k for _, k, *_ in shadows)
+    # shadows of copy traffic show the lookups would pay: speculation is back within a few steps,
+    # where the deaf policy waits for its next probe
+    assert plain_steps_before_drafting(with_shadows) <= 10
+    assert plain_steps_before_drafting(without) >= 100
