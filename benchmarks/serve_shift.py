@@ -3,7 +3,8 @@ same offered load, measured with ``adaptive-spec loadgen``, and the simulator's 
 
 One ``adaptive-spec serve`` (the default ``adaptive`` policy, the device's default drafters) serves
 every run; a config is a per-request ``speculation`` override (``static``: ngram, k = 8; ``off``:
-plain), each on a traffic key of its own so no config's steps teach another's controller. Within a
+plain), each run on a traffic key of its own, so its controller starts fresh, as the simulator's
+replay of it does, and no run's steps teach another's. Within a
 round every config replays the same seeded arrivals and prompts (copy-heavy, then open-ended, then
 copy-heavy again), the order rotating from round to round. Each run's completed requests are then
 replayed by the simulator (``benchmarks.sim_validation.simulate_trace``: the calibrated profile,
@@ -90,7 +91,7 @@ def loadgen(url: str, args: argparse.Namespace, config: str, rate: float, seed: 
     schedule = ",".join(f"{kind}:{seconds:g}" for kind, seconds in phase_plan(args.phases, args.phase_s))
     command = [sys.executable, "-m", "adaptive_spec.cli", "loadgen", "--url", url, "--prompts", str(args.prompts),
                "--rate", str(rate), "--schedule", schedule, "--max-tokens", str(args.max_tokens),
-               "--temperature", "0", "--seed", str(seed), "--traffic-key", f"serve-shift-{config}",
+               "--temperature", "0", "--seed", str(seed), "--traffic-key", f"serve-shift-{config}-{rate:g}-{seed}",
                "--extra-body", json.dumps({"speculation": speculation}), "--goodput", *args.goodput.split(),
                "--endpoint", args.endpoint,
                "--out", str(out), "--quiet"]
