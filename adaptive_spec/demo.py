@@ -275,7 +275,7 @@ def next_steps(store: str | None) -> list[str]:
     return [
         "adaptive-spec serve --port 8000      # the same controller behind an OpenAI-compatible API",
         f"{dashboard}   # acceptance, draft length, speculation on/off of this run",
-        "adaptive-spec simulate compare simulator/scenarios/smollm2_cpu_shift.yaml   # the same policies at scale",
+        "adaptive-spec simulate compare smollm2_cpu_shift   # the same policies at scale (a shipped scenario)",
     ]
 
 

@@ -25,7 +25,10 @@ import typer
 app = typer.Typer(help="Capacity simulator: the same policies, a cost model fitted on measured profiles.",
                   no_args_is_help=True)
 
-ScenarioArg = typer.Argument(..., help="Scenario file (YAML or JSON); see simulator/scenarios/example_shift.yaml.")
+# what simulator.scenario.shipped_scenarios() lists, without importing it (every command would pay for it)
+_SHIPPED = sorted(p.stem for p in (Path(__file__).parent / "scenarios").glob("*.yaml"))
+ScenarioArg = typer.Argument(..., help="Scenario file (YAML or JSON; see simulator/scenarios/example_shift.yaml), or the "
+                             f"name of a shipped one: {', '.join(_SHIPPED)}.")
 JsonOpt = typer.Option(None, "--json", help="Also write the full result as JSON to this path.")
 SeedOpt = typer.Option(None, help="Seed for traffic, acceptance draws and policies (default: the scenario's).")
 MaxRequestsOpt = typer.Option(None, "--max-requests", min=1, help="Simulate only the first N arrivals of each run "

@@ -317,11 +317,25 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
     return scenario
 
 
+# the scenarios shipped with the package (installed with it), named by their file's stem
+SHIPPED = Path(__file__).parent / "scenarios"
+
+
+def shipped_scenarios() -> list[str]:
+    return sorted(p.stem for p in SHIPPED.glob("*.yaml"))
+
+
 def load_scenario(path: str | Path) -> Scenario:
-    """Read a YAML (.yaml / .yml) or JSON scenario file and validate it."""
+    """Read a YAML (.yaml / .yml) or JSON scenario file and validate it; a bare name that is no file
+    here (``smollm2_cpu_shift``) is one of the shipped scenarios, wherever the command runs."""
     path = Path(path)
+    if not path.exists() and path.parent == Path("."):
+        shipped = SHIPPED / (path.name if path.suffix else f"{path.name}.yaml")
+        if shipped.is_file():
+            path = shipped
     if not path.exists():
-        raise ValueError(f"scenario file {str(path)!r} does not exist")
+        raise ValueError(f"scenario file {str(path)!r} does not exist (shipped scenarios, by name: "
+                         f"{', '.join(shipped_scenarios())})")
     text = path.read_text(encoding="utf-8")
     if path.suffix in (".yaml", ".yml"):
         import yaml

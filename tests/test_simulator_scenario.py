@@ -119,3 +119,16 @@ def test_with_traffic_overrides_rate_and_mix_of_a_synthetic_workload_only():
         with_traffic(scenario, mix={"nope": 1.0})
     with pytest.raises(ValueError, match="replayed trace"):
         with_traffic(scenario_from_dict(scenario_dict(workload={"replay": TRACE})), rate=1.0)
+
+
+def test_a_shipped_scenario_loads_by_name_from_anywhere(tmp_path, monkeypatch):
+    from simulator.cli import _SHIPPED
+    from simulator.scenario import load_scenario, shipped_scenarios
+
+    monkeypatch.chdir(tmp_path)  # no checkout here: the name resolves to the installed file
+    assert "smollm2_cpu_shift" in shipped_scenarios() and _SHIPPED == shipped_scenarios()
+    scenario = load_scenario("smollm2_cpu_shift")
+    assert scenario.name == "smollm2-cpu-copy-to-open" and scenario.profile.metadata.get("model")
+    assert load_scenario("smollm2_cpu_shift.yaml").name == scenario.name
+    with pytest.raises(ValueError, match="shipped scenarios, by name: example_shift, smollm2_cpu_shift"):
+        load_scenario("no_such_scenario")
