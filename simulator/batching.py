@@ -26,20 +26,56 @@ One iteration::
     5. advance: one SimPy timeout for the whole iteration
     6. finish:  every sequence's session records its StepOutcome (sharing the iteration's draft_s
                 and verify_s: a policy that measures tokens per second sees the batched cost)
+
+As in the engine's batched decoder (``adaptive_spec/batching/engine.py``): a learning controller
+serves one sequence at a time, so concurrent sequences of one key (or of the replica, with
+``policy_scope: replica``) get controllers of their own, the pool's first, then replicas built from
+the same spec; and with ``draft_cap`` a ``policies.batch_cap.BatchDraftCap`` caps the drafts of the
+sequences those controllers serve at one length per iteration, learning from the iterations' costs
+and gains which length the batch can afford.
 """
 
 from __future__ import annotations
 
+import zlib
+
+from policies.batch_cap import BatchDraftCap
+from policies.session import DecodeSession, StepPlan
 from simulator.replica import NO_TOKENS, Replica
 
 
 class BatchingReplica(Replica):
     """Iteration-level batching with at most ``max_batch`` running sequences."""
 
-    def __init__(self, *args, max_batch: int = 8, **kwargs) -> None:
+    def __init__(self, *args, max_batch: int = 8, draft_cap: bool = False, **kwargs) -> None:
         self.max_batch = max_batch  # slots: bounded in practice by KV-cache memory
         self.last_draft_s = self.last_verify_s = 0.0  # the current iteration's, shared by its sequences
+        self._pools: dict[str, list] = {}  # key -> its controllers; one serves one sequence at a time
+        self._busy: set[int] = set()  # ids of the controllers serving a sequence now
         super().__init__(*args, **kwargs)
+        self.draft_cap = BatchDraftCap(seed=self.policies.seed) if draft_cap else None
+
+    def open_session(self, request) -> DecodeSession:
+        key = self.classes[request.klass].key
+        policy = self._lease(key)
+        shadows = getattr(self.drafts, "shadows", None)
+        return DecodeSession(policy, request.output_tokens, key=key, gated=self.drafts.gated(request.klass),
+                             shadow=shadows(request.klass, policy) if shadows is not None else None)
+
+    def _lease(self, key: str):
+        """A controller for one sequence of ``key`` that serves no other now (the engine's ``_pooled``)."""
+        policies = self.policies
+        first = policies.get(key)
+        if first.stateless:  # a fixed config learns nothing: one object serves every sequence
+            return first
+        pool = self._pools.setdefault("" if policies.shared is not None else key, [])
+        policy = next((p for p in pool if id(p) not in self._busy), None)
+        if policy is None:
+            seed = (policies.seed + zlib.crc32(f"{key}#{len(pool)}".encode())) % 2**31
+            policy = first if not pool else policies._warm(policies.build(seed, key))
+            pool.append(policy)
+        self._busy.add(id(policy))
+        return policy
 
     def run(self):
         env, cost, drafts = self.env, self.cost, self.drafts
@@ -64,13 +100,27 @@ class BatchingReplica(Replica):
                 continue
             steps = []
             looked_up: dict[str, list[int]] = {}
-            for request, session, _ in running:
+            # the cap binds the sequences learning controllers serve (a fixed config stands)
+            bound = [not session.policy.stateless for _, session, _ in running]
+            cap = self.draft_cap.choose(len(running)) if self.draft_cap is not None and any(bound) else None
+            for (request, session, _), capped in zip(running, bound):
                 plan = session.plan(request.generated, NO_TOKENS)  # 2
-                draft = drafts.draw(request.klass, session, plan)  # 3
-                if plan.k > 0:
+                k = min(plan.k, cap) if cap is not None and capped else plan.k
+                if k == plan.k:
+                    draft = drafts.draw(request.klass, session, plan)  # 3
+                else:  # drafted to the cap; the policy still learns the step as planned, as in the engine
+                    drawn = StepPlan(plan.action, plan.drafter, k, plan.gate, plan.early_stop, plan.generated)
+                    draft = drafts.draw(request.klass, session, drawn)
+                    plan.skipped = drawn.skipped
+                if k > 0:
                     looked_up.setdefault(plan.drafter, []).append(draft.looked_up)
                 steps.append((plan, draft))
-            yield env.timeout(self.iteration_s(running, steps, looked_up))  # 4, 5
+            seconds = self.iteration_s(running, steps, looked_up)
+            yield env.timeout(seconds)  # 4, 5
+            if self.draft_cap is not None:  # every iteration teaches the cost; a capped one, the cap's gain
+                gained = [draft.accepted + 1 for (_, draft), capped in zip(steps, bound) if capped]
+                self.draft_cap.observe(len(running), max(draft.proposed + 1 for _, draft in steps), seconds, cap,
+                                       len(gained), sum(gained))
             running = self.finish_iteration(running, steps)  # 6
 
     def iteration_s(self, running: list, steps: list, looked_up: dict[str, list[int]]) -> float:
@@ -95,6 +145,7 @@ class BatchingReplica(Replica):
             self.account(request, draft, emitted)
             seq[2] = context + emitted
             if request.generated >= request.output_tokens:
+                self._busy.discard(id(session.policy))  # its controller is free for the next sequence
                 self.finish(request)
             else:
                 still_running.append(seq)

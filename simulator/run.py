@@ -84,7 +84,8 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
         pool = PolicyPool(build, scenario.policy_scope, _stream_seed(seed, POLICY, index) % 2**31, warm_steps)
         args = (env, index, cost, scenario.classes, pool, hooks, _stream_seed(seed, ACCEPTANCE, index))
         if scenario.replicas.mode == "batching":
-            replicas.append(BatchingReplica(*args, max_batch=scenario.replicas.max_batch))
+            replicas.append(BatchingReplica(*args, max_batch=scenario.replicas.max_batch,
+                                            draft_cap=scenario.replicas.draft_cap))
         else:
             replicas.append(SerialReplica(*args))
     env.process(arrivals(env, requests, replicas, scenario.replicas.router, hooks, _stream_seed(seed, TRAFFIC, 1)))

@@ -17,7 +17,8 @@ Top-level fields (``*`` required)::
                   or {replay *: path.jsonl, time_scale}; from Python, ``replay`` may also be the
                   trace rows themselves (a list of mappings), so a caller holding a trace in
                   memory need not write it to a file
-    replicas      {count, mode: serial|batching, max_batch, router: least_loaded|round_robin|random}
+    replicas      {count, mode: serial|batching, max_batch, router: least_loaded|round_robin|random,
+                   draft_cap (batching: the engine's cap on drafts as the batch fills; default true)}
     policy        spec such as none, static:ngram:4, heuristic:ngram, adaptive      default: none
     policy_scope  replica | key   (one controller per replica, or per replica and traffic key)
     slo           {ttft_s, tpot_s, e2e_s, percentile}                 targets left out are not checked
@@ -52,6 +53,8 @@ class ReplicaConfig:
     mode: str = "serial"  # serial: batch-1 FIFO (today's engine); batching: continuous batching
     max_batch: int = 8  # batching only: running sequences per replica (KV-cache slots)
     router: str = "least_loaded"  # least_loaded: fewest queued + running; round_robin; random
+    # batching only: the engine's BatchDraftCap (policies/batch_cap.py) caps learning rows' drafts
+    draft_cap: bool = True
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,12 @@ def _only(raw: dict, known: tuple[str, ...] | set[str], path: str) -> None:
         if key not in known:
             where = f"{path}.{key}" if path else str(key)
             raise ValueError(f"{where} is not a known field (known: {', '.join(sorted(known))})")
+
+
+def _flag(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{path} must be true or false, got {value!r}")
+    return value
 
 
 def _required(raw: dict, key: str, path: str):
@@ -276,6 +285,7 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         _choice(rep.get("mode", "serial"), MODES, "replicas.mode"),
         int(_num(rep.get("max_batch", 8), "replicas.max_batch", integer=True)),
         _choice(rep.get("router", "least_loaded"), ROUTERS, "replicas.router"),
+        _flag(rep.get("draft_cap", True), "replicas.draft_cap"),
     )
     slo_raw = _mapping(raw.get("slo") or {}, "slo")
     _only(slo_raw, SLO.__dataclass_fields__, "slo")
