@@ -21,12 +21,13 @@ step costs it times are the machine's of the moment.
 
 The machine's speed is not that of any one moment: on a shared 2-core machine a plain step has
 cost 84 ms at a calibration and 66 ms twenty minutes later. So each run also records what the
-server's plain steps (no draft verified) cost while it ran, from ``/metrics`` before and after
-(``adaptive_spec_decode_duration`` over ``adaptive_spec_decode_output_tokens`` for drafter
-``none``), and each prediction is made twice: with the profile as calibrated, and with every cost
-in it scaled by that run's plain step over the profile's (``*_at_speed``): one number for the
-machine's speed, measured on plain steps only, so acceptance, the controller and queueing remain
-the simulator's to predict.
+server's plain steps (no draft verified) cost over the run's window, from ``/metrics`` before and
+after (``adaptive_spec_decode_duration`` over ``adaptive_spec_decode_output_tokens`` for drafter
+``none``); the window starts and ends with a few plain requests of open prompts (``PROBES``), so a
+run that never decodes plainly (a fixed draft length) is measured too. Each prediction is then
+made twice: with the profile as calibrated, and with every cost in it scaled by that plain step
+over the profile's (``*_at_speed``): one number for the machine's speed, measured on plain steps
+only, so acceptance, the controller and queueing remain the simulator's to predict.
 
     python -m benchmarks.serve_shift --rate 0.15 --phase-s 100 --out benchmarks/results/serve_shift.json
 """
@@ -114,8 +115,25 @@ def phase_plan(phases: str, phase_s: float) -> list[tuple[str, float]]:
     return plan
 
 
-# plain steps a run must have made for its speed to be measured (fewer: no prediction at speed)
+# plain steps a run's window must hold for its speed to be measured (fewer: no prediction at speed)
 MIN_PLAIN_STEPS = 50
+PROBES = 3  # plain requests of open prompts before and after each run (not in its figures)
+PROBE_TOKENS = 48
+
+
+def probe(url: str, prompts: Path, endpoint: str) -> None:
+    """``PROBES`` plain requests, one at a time, on a traffic key of their own: plain steps for the
+    window's speed, whatever the run's config."""
+    rows = [json.loads(line) for line in prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = [r["prompt"] for r in rows if r.get("kind") == "open"] or [r["prompt"] for r in rows]
+    for text in texts[:PROBES]:
+        body = {"model": "smollm2", "max_tokens": PROBE_TOKENS, "temperature": 0, "speculation": {"mode": "off"}}
+        if endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+        httpx.post(url + path, json=body, headers={"X-Traffic-Key": "serve-shift-probe"}, timeout=300).raise_for_status()
 
 
 def plain_step_totals(exposition: str) -> tuple[float, float]:
@@ -271,7 +289,9 @@ def main(argv: list[str] | None = None) -> None:
                 for config, rate in plan:
                     print(f"round {r + 1}/{args.rounds}: {config} at {rate:g} req/s", flush=True)
                     before = scrape_plain_steps(url)
+                    probe(url, args.prompts, args.endpoint)
                     report = loadgen(url, args, config, rate, r, Path(tmp) / f"{config}-{rate}-{r}.json")
+                    probe(url, args.prompts, args.endpoint)
                     after = scrape_plain_steps(url)
                     steps = after[1] - before[1]
                     run = {"round": r, "config": config, "rate": rate, **summarize(report),
