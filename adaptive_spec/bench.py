@@ -144,9 +144,10 @@ def run_bench(
     for c in configs:  # first calls pay for allocator growth and kernel selection per shape: keep them out
         if c.make_policy:
             c.policy = c.make_policy()
-        # a key of its own: a suffix drafter's measured history (restored by a resumed run) never
-        # holds the warm-up's answer
-        run_one(c, encoded[0], gen_cfg, key="warm-up")
+        if not state.done:  # (a finished checkpoint is only summarized: nothing to warm up)
+            # a key of its own: a suffix drafter's measured history (restored by a resumed run) never
+            # holds the warm-up's answer
+            run_one(c, encoded[0], gen_cfg, key="warm-up")
         if c.make_policy:  # the measured run starts with a fresh controller: it must learn on the job
             c.policy = state.policies[c.name] if c.name in state.policies else c.make_policy()
 

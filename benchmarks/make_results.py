@@ -315,11 +315,12 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
                "whose acceptance `calibrate --per-prompt` measured offline." if per_prompt else "."))
     if at_speed:
         what += (" The machine's speed moves by a quarter and more within minutes here, so each run also measured what "
-                 "the server's plain steps (no draft verified) cost while it ran (`/metrics`, drafter `none`, after minus "
-                 "before), and the first table's predictions use the profile with every cost scaled by that over the "
-                 "profile's plain step (the factor in the *plain step* column): one number for the machine's speed, "
-                 "from plain steps only; acceptance, the controller and queueing stay the simulator's to predict. The "
-                 "second table predicts with the profile as calibrated.")
+                 "the server's plain steps (no draft verified) cost over its window (`/metrics`, drafter `none`, after "
+                 "minus before; the window opens and closes with three plain requests of open prompts, so a config that "
+                 "never decodes plainly is measured too), and the first table's predictions use the profile with every "
+                 "cost scaled by that over the profile's plain step (the factor in the *plain step* column): one number "
+                 "for the machine's speed, from plain steps only; acceptance, the controller and queueing stay the "
+                 "simulator's to predict. The second table predicts with the profile as calibrated.")
     header = ["config", "req/s offered", "round", "completed", "E2EL p50 s", "E2EL p95 s", "goodput req/s"]
     labels = (" by kind", " by prompt") if per_prompt else ("",)
     simulated = [f"simulated{label} {q} s (error)" for label in labels for q in ("p50", "p95")]
@@ -331,7 +332,7 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
                f"--rounds {data['rounds']}{also}{flags} --profile {data['profile']} --out benchmarks/results/serve_shift.json")
     if data.get("caveat"):
         what += f" **Caveat:** {data['caveat']}"
-    tables = [table(header + (["plain step in the run"] if at_speed else []) + simulated, rows)]
+    tables = [table(header + (["plain step in the window"] if at_speed else []) + simulated, rows)]
     if at_speed:
         tables += ["With the profile as calibrated:", table(["config", "req/s offered"] + simulated, calibrated_rows)]
     return "\n\n".join(["## Served traffic through a shift", what, *tables,
