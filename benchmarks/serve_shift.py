@@ -19,8 +19,8 @@ copy), so the second says how much of the first's error is the kind's average. `
 measures the profile (``calibrate --per-prompt`` on the same prompts) right before serving, so the
 step costs it times are the machine's of the moment.
 
-The machine's speed is not that of any one moment: on a shared 2-core machine a plain step has
-cost 84 ms at a calibration and 66 ms twenty minutes later. So each run also records what the
+The machine's speed is not that of any one moment: on a shared machine a plain step's cost moves
+within minutes (RESULTS.md shows by how much). So each run also records what the
 server's plain steps (no draft verified) cost over the run's window, from ``/metrics`` before and
 after (``adaptive_spec_decode_duration`` over ``adaptive_spec_decode_output_tokens`` for drafter
 ``none``); the window starts and ends with a few plain requests of open prompts (``PROBES``), so a
@@ -29,7 +29,8 @@ made twice: with the profile as calibrated, and with every cost in it scaled by 
 over the profile's (``*_at_speed``): one number for the machine's speed, measured on plain steps
 only, so acceptance, the controller and queueing remain the simulator's to predict.
 
-    python -m benchmarks.serve_shift --rate 0.15 --phase-s 100 --out benchmarks/results/serve_shift.json
+    python -m benchmarks.serve_shift --phases copy:300,open:150,copy:150 --rate 0.15 --also-rate 0.08 \
+        --per-prompt --profile simulator/profiles/smollm2_cpu_serve_chat.json --out benchmarks/results/serve_shift.json
 """
 
 from __future__ import annotations
