@@ -50,7 +50,7 @@ def test_live_page_shows_what_the_history_holds(recorded, monkeypatch):
     assert shown["traffic keys"] == "2" and shown["memory"] == f"{stats['memory_bytes'] / 1e6:.1f} MB"
 
 
-def test_the_history_size_is_exported_as_opentelemetry_gauges_with_the_server_s_names():
+def test_the_history_size_is_exported_as_opentelemetry_gauges():
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
     from prometheus_client import CollectorRegistry, generate_latest
@@ -69,6 +69,6 @@ def test_the_history_size_is_exported_as_opentelemetry_gauges_with_the_server_s_
     text = generate_latest(registry).decode()
     stats = history.stats()
     for name in ("tokens", "outputs", "keys", "memory_bytes"):
-        line = next(l for l in text.splitlines() if l.startswith(f"adaptive_spec_suffix_history_{name}{{"))
+        line = next(l for l in text.splitlines() if l.startswith(f"adaptive_spec_drafter_suffix_history_{name}{{"))
         assert 'gen_ai_request_model="tiny"' in line and float(line.rsplit(" ", 1)[1]) == stats[name]
     assert stats["tokens"] == 32 and stats["keys"] == 2

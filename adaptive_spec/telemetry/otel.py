@@ -30,8 +30,8 @@ Metrics (Prometheus names after the exporter's translation in brackets):
   ``adaptive_spec.speculation.enabled`` (1/0, see ``tracker.py``), and
   ``adaptive_spec.speculation.active_drafter`` (1 for the active drafter, 0 for the others seen)
 - what drafters hold across requests, by model (``SpeculativeDecoder.report_gauges``, every few
-  seconds): ``adaptive_spec.suffix_history_tokens``, ``_outputs``, ``_keys``, ``_memory_bytes``
-  [``adaptive_spec_suffix_history_tokens`` ...: the server's /metrics names]
+  seconds): ``adaptive_spec.drafter.suffix_history_tokens``, ``_outputs``, ``_keys``, ``_memory_bytes``
+  [``adaptive_spec_drafter_suffix_history_tokens`` ...; the server's own /metrics gauges keep their names]
 
 Derived rates (PromQL in ``deploy/prometheus/alerts.yml``)::
 
@@ -212,7 +212,7 @@ class OTelObserver:
             gauge = self._engine_gauges.get(name)
             if gauge is None:
                 gauge = self._engine_gauges[name] = self._meter.create_gauge(
-                    f"adaptive_spec.{name}", description=f"{name.replace('_', ' ')}, as the engine last reported it")
+                    f"adaptive_spec.drafter.{name}", description=f"{name.replace('_', ' ')}, as the engine last reported it")
             gauge.set(float(value), {"gen_ai.request.model": model})
 
     def on_request_end(self, request, result, error) -> None:
