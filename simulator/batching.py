@@ -40,7 +40,7 @@ from __future__ import annotations
 import zlib
 
 from policies.batch_cap import BatchDraftCap
-from policies.session import DecodeSession, StepPlan
+from policies.session import StepPlan
 from simulator.replica import NO_TOKENS, Replica
 
 
@@ -55,14 +55,7 @@ class BatchingReplica(Replica):
         super().__init__(*args, **kwargs)
         self.draft_cap = BatchDraftCap(seed=self.policies.seed) if draft_cap else None
 
-    def open_session(self, request) -> DecodeSession:
-        key = self.classes[request.klass].key
-        policy = self._lease(key)
-        shadows = getattr(self.drafts, "shadows", None)
-        return DecodeSession(policy, request.output_tokens, key=key, gated=self.drafts.gated(request.klass),
-                             shadow=shadows(request.klass, policy) if shadows is not None else None)
-
-    def _lease(self, key: str):
+    def policy_for(self, key: str):
         """A controller for one sequence of ``key`` that serves no other now (the engine's ``_pooled``)."""
         policies = self.policies
         first = policies.get(key)
@@ -72,7 +65,7 @@ class BatchingReplica(Replica):
         policy = next((p for p in pool if id(p) not in self._busy), None)
         if policy is None:
             seed = (policies.seed + zlib.crc32(f"{key}#{len(pool)}".encode())) % 2**31
-            policy = first if not pool else policies._warm(policies.build(seed, key))
+            policy = first if not pool else policies.warm(policies.build(seed, key))
             pool.append(policy)
         self._busy.add(id(policy))
         return policy

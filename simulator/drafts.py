@@ -99,26 +99,33 @@ class ProfileDrafts:
             return PLAIN_DRAFT
         rand = self.rand
         if plan.gate is not None:
-            kinds = self.table.match_kinds(klass).get(plan.drafter)
-            u = rand()  # which kind of match, if any
-            for cumulative, order, ambiguous, probs in kinds:
-                if u < cumulative:
-                    break
-            else:
+            match = _match_kind(self.table.match_kinds(klass).get(plan.drafter), rand())
+            if match is None:
                 return PLAIN_DRAFT  # no match: the lookup ran, found nothing, a plain-cost step
+            order, ambiguous, probs = match
             keep = session.cut(plan, plan.k, order, ambiguous)
             if keep == 0:  # cut: decoding still tells the gate whether its first token was right
                 return Draft(0, 0, order, ambiguous, rand() < probs[0], plan.k)
-            accepted = 0
-            while accepted < keep and rand() < probs[accepted]:
-                accepted += 1
-            return Draft(keep, accepted, order, ambiguous, False, plan.k)
+            return Draft(keep, _accepted(probs, keep, rand), order, ambiguous, False, plan.k)
         probs, hit_rate = self.table.get(klass, plan.drafter, plan.k)
         proposed = plan.k if hit_rate >= 1.0 or rand() < hit_rate else 0
-        accepted = 0
-        while accepted < proposed and rand() < probs[accepted]:
-            accepted += 1
-        return Draft(proposed, accepted, None, False, False, proposed)
+        return Draft(proposed, _accepted(probs, proposed, rand), None, False, False, proposed)
+
+
+def _match_kind(kinds: tuple, u: float) -> tuple | None:
+    """``(order, ambiguous, per-position)`` of the match kind ``u`` (uniform) falls in; None: no match."""
+    for cumulative, order, ambiguous, probs in kinds:
+        if u < cumulative:
+            return order, ambiguous, probs
+    return None
+
+
+def _accepted(probs, n: int, rand: Callable[[], float]) -> int:
+    """Draft tokens accepted of ``n``: each position in turn, until the first rejection."""
+    accepted = 0
+    while accepted < n and rand() < probs[accepted]:
+        accepted += 1
+    return accepted
 
 
 class ShadowDraws:
@@ -140,17 +147,12 @@ class ShadowDraws:
     def propose(self, context=None) -> None:
         rand, k = self.rand, self.k
         for drafter in self.drafters:
-            u = rand()
-            for cumulative, order, ambiguous, probs in self.table.matches(self.klass, drafter):
-                if u < cumulative:
-                    break
-            else:
+            match = _match_kind(self.table.matches(self.klass, drafter), rand())
+            if match is None:
                 self.policy.observe_shadow(drafter, k, 0)  # no match: a step would have gained nothing
                 continue
-            accepted = 0
-            while accepted < k and rand() < probs[accepted]:
-                accepted += 1
-            self.policy.observe_shadow(drafter, k, accepted, order, ambiguous)
+            order, ambiguous, probs = match
+            self.policy.observe_shadow(drafter, k, _accepted(probs, k, rand), order, ambiguous)
 
     def resolve(self, context, verified_drafter) -> None:
         """Nothing pending: outcomes are drawn when proposed."""

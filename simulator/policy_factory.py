@@ -58,7 +58,7 @@ class PolicyPool:
                  warm_steps: Sequence[StepOutcome] = ()) -> None:
         self.build, self.scope, self.seed = build, scope, seed
         self.warm_steps = list(warm_steps)
-        self.shared = self._warm(build(seed)) if scope == "replica" else None
+        self.shared = self.warm(build(seed)) if scope == "replica" else None
         self.by_key: dict[str, Policy] = {}
 
     def get(self, key: str) -> Policy:
@@ -66,10 +66,10 @@ class PolicyPool:
             return self.shared
         policy = self.by_key.get(key)
         if policy is None:
-            policy = self.by_key[key] = self._warm(self.build(self.seed + len(self.by_key), key))
+            policy = self.by_key[key] = self.warm(self.build(self.seed + len(self.by_key), key))
         return policy
 
-    def _warm(self, policy: Policy) -> Policy:
+    def warm(self, policy: Policy) -> Policy:
         """As the engine does for a cold controller: start from the step costs it already knows."""
         if self.warm_steps:
             policy.warm_start(self.warm_steps)

@@ -88,10 +88,14 @@ class Replica:
         """The request's step protocol with its class's policy (after prefill: one token is out),
         with shadow drafts where the draw source simulates them (``ProfileDrafts.shadows``)."""
         key = self.classes[request.klass].key
-        policy = self.policies.get(key)
+        policy = self.policy_for(key)
         shadows = getattr(self.drafts, "shadows", None)  # a scripted draw source may have none
         return DecodeSession(policy, request.output_tokens, key=key, gated=self.drafts.gated(request.klass),
                              shadow=shadows(request.klass, policy) if shadows is not None else None)
+
+    def policy_for(self, key: str):
+        """The controller of the request about to start (the batching replica leases one per sequence)."""
+        return self.policies.get(key)
 
     def draft_s(self, drafter: str, k: int, draft: Draft) -> float:
         """A plan to draft costs the lookup or the draft, even when nothing came of it."""

@@ -22,7 +22,7 @@ def test_concurrent_sequences_get_controllers_of_their_own_and_give_them_back():
     sim = build_simulation(env, _scenario("adaptive", 8))
     replica = sim.replicas[0]
     leased = []
-    lease = replica._lease
+    lease = replica.policy_for
 
     def spying(key):
         policy = lease(key)
@@ -31,7 +31,7 @@ def test_concurrent_sequences_get_controllers_of_their_own_and_give_them_back():
         leased.append(policy)
         return policy
 
-    replica._lease = spying
+    replica.policy_for = spying
     env.run()
     controllers = {id(p) for p in leased}
     assert 1 < len(controllers) <= 8  # one per concurrent sequence, at most max_batch
