@@ -240,7 +240,7 @@ def test_a_failed_prefill_leaves_its_request_to_the_recovery_not_lost(decoder, m
     running = engine.submit(PROMPTS[0], policy=policy("plain"), max_new_tokens=10)
     engine.step()
     broken = engine.submit(PROMPTS[1], policy=policy("plain"), max_new_tokens=10)
-    monkeypatch.setattr(engine.slots, "add", lambda prompt: (_ for _ in ()).throw(RuntimeError("out of memory")))
+    monkeypatch.setattr(engine.slots, "feed", lambda *a: (_ for _ in ()).throw(RuntimeError("out of memory")))
     with pytest.raises(RuntimeError):
         engine.step()
     assert sorted(engine.fail_all(RuntimeError("out of memory"))) == [running, broken]  # both told, none lost

@@ -40,6 +40,8 @@ def test_every_command_is_mounted():
     (["serve", "--max-queue", "0"], "max_queue"),
     (["serve", "--max-batch", "0"], "max_batch"),
     (["serve", "--max-batch", "4", "--drafters", "ngram,int8"], "drafters"),  # batched rows draft by lookup only
+    (["serve", "--max-batch", "4", "--prefill-chunk", "0"], "prefill_chunk"),
+    (["serve", "--prefill-chunk", "64"], "prefill_chunk"),  # batch 1: no rows decode while a prompt prefills
     (["serve", "--drafters", "ngram,suffix", "--suffix-max-tokens", "0"], "suffix_max_tokens"),
     (["serve", "--drafters", "ngram", "--suffix-persist"], "suffix_persist"),  # would do nothing without suffix
     (["serve", "--suffix-shared"], "suffix_shared"),

@@ -1,7 +1,9 @@
 """Continuous batching with per-request speculation.
 
 Requests join between steps (each prefilled alone, then added as a row of the shared cache) and
-leave as soon as they finish. Every step, each row asks its own controller for a drafter and a
+leave as soon as they finish. While rows are decoding, a step prefills at most ``prefill_chunk``
+prompt tokens before its decode forward, so a long prompt joins over several steps instead of
+stalling every row for its whole prefill. Every step, each row asks its own controller for a drafter and a
 draft length (0: plain decoding for that row), drafts, and the target scores every row's pending
 token and drafts in one forward over ragged widths (``SlotCache``); each row is then verified on
 its own (greedy prefix or exact rejection sampling, the single-request verifier) and rolled back
@@ -14,7 +16,7 @@ and each cap's measured gain (``policies.batch_cap``). Concurrent
 requests of one traffic key get controllers of their own (``_pooled``).
 
 What it does not do yet: drafters with a model of their own (their caches are per request; only
-lookups such as ``ngram`` are batched), chunked prefill, and a cap warm-started from ``calibrate``.
+lookups such as ``ngram`` are batched), and a cap warm-started from ``calibrate``.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from adaptive_spec.batching.slots import SlotCache
-from adaptive_spec.config import GenerationConfig, validate_draft_len
+from adaptive_spec.batching.slots import Prefill, SlotCache
+from adaptive_spec.config import PREFILL_CHUNK, GenerationConfig, validate_draft_len
 from adaptive_spec.decoder import SpeculativeDecoder, _config
 from adaptive_spec.drafters.base import Proposal
 from adaptive_spec.errors import InvalidParameterError
@@ -68,6 +70,7 @@ class _Row:
     on_tokens: Callable[[list[int]], None] | None = None
     forced: tuple | None = None  # (force_plain, force_drafter, force_k) of a row whose controller comes from a pool
     drafters: dict = field(default_factory=dict)  # this request's drafters (Drafter.for_request)
+    prefill: Prefill | None = None  # its prompt's way into the cache, while it is on the way
 
 
 class BatchedDecoder:
@@ -82,15 +85,21 @@ class BatchedDecoder:
     would share controllers and drafters).
     """
 
-    def __init__(self, decoder: SpeculativeDecoder, max_batch: int = 8, draft_cap: BatchDraftCap | None = None) -> None:
+    def __init__(self, decoder: SpeculativeDecoder, max_batch: int = 8, draft_cap: BatchDraftCap | None = None,
+                 prefill_chunk: int | None = PREFILL_CHUNK) -> None:
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise InvalidParameterError("max_batch", max_batch, "must be an integer >= 1")
+        if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool)
+                                          or prefill_chunk < 1):
+            raise InvalidParameterError("prefill_chunk", prefill_chunk, "must be an integer >= 1 or None (whole prompts)")
         stateful = [name for name, d in decoder.drafters.items() if name != PLAIN and d.vocab_size is not None]
         if stateful:
             raise InvalidParameterError("drafters", ",".join(stateful), "keep a cache per request; the batched engine "
                                         "drafts with lookups only (ngram)")
         self.decoder = decoder
         self.max_batch = max_batch
+        self.prefill_chunk = prefill_chunk  # prompt tokens a step may prefill while rows decode (None: no limit)
+        self.prefilling: _Row | None = None  # the request whose prompt is going in, chunk by chunk
         # caps the drafts of rows served by learning controllers, per batch size (None: never)
         self.draft_cap = draft_cap
         self.slots = SlotCache(decoder.target.model)
@@ -133,6 +142,12 @@ class BatchedDecoder:
             if row.id == request_id:
                 self.waiting.remove(row)
                 return True
+        if self.prefilling is not None and self.prefilling.id == request_id:
+            row, self.prefilling = self.prefilling, None
+            self._release(row)
+            if row.info is not None:
+                self.decoder.observers.notify("on_request_end", row.info, None, GeneratorExit())
+            return True
         for index, row in enumerate(self.active):
             if row.id == request_id:
                 self.slots.remove([index])
@@ -145,18 +160,19 @@ class BatchedDecoder:
 
     def fail_all(self, exc: BaseException) -> list[int]:
         """End every request (an error no row can survive, e.g. the forward itself failed); their ids."""
-        ids = [row.id for row in self.active] + [row.id for row in self.waiting]
-        for row in self.active:
+        started = self.active + ([self.prefilling] if self.prefilling is not None else [])
+        ids = [row.id for row in started] + [row.id for row in self.waiting]
+        for row in started:
             self._release(row)
             if row.info is not None:
                 self.decoder.observers.notify("on_request_end", row.info, None, exc)
-        self.active, self.waiting = [], deque()
+        self.active, self.waiting, self.prefilling = [], deque(), None
         self.slots.reset()
         return ids
 
     @property
     def pending(self) -> int:
-        return len(self.waiting) + len(self.active)
+        return len(self.waiting) + len(self.active) + (self.prefilling is not None)
 
     def run(self) -> dict[int, GenerationResult]:
         """Step until every submitted request is done; their results by id."""
@@ -175,8 +191,45 @@ class BatchedDecoder:
         return finished
 
     def _admit(self) -> list[int]:
+        """Prefill waiting requests while rows are free: everything when nothing decodes, else at
+        most ``prefill_chunk`` prompt tokens this step (a long prompt goes on next step)."""
         finished = []
         skipped: deque[_Row] = deque()
+        budget = self.prefill_chunk if self.active else None
+        while budget is None or budget > 0:
+            row = self.prefilling
+            if row is None:
+                row = self._next_admissible(skipped)
+                if row is None:
+                    break
+                self._start(row)
+            try:
+                fed = row.prefill.remaining if budget is None else min(budget, row.prefill.remaining)
+                logits = self.slots.feed(row.prefill, fed)
+            except BaseException:  # back in the queue, so the caller's recovery (fail_all) ends it too
+                self.prefilling = None
+                self._release(row)
+                self.waiting.appendleft(row)
+                self.waiting.extendleft(reversed(skipped))
+                raise
+            budget = None if budget is None else budget - fed
+            if logits is None:  # more of its prompt next step
+                self.prefilling = row
+                break
+            self.prefilling = None
+            self._first_token(row, logits)
+            if row.stop_reason is not None:
+                self.slots.remove([self.slots.rows - 1])
+                self._finish_request(row)
+                finished.append(row.id)
+            else:
+                self.active.append(row)
+        self.waiting.extendleft(reversed(skipped))
+        return finished
+
+    def _next_admissible(self, skipped: deque[_Row]) -> _Row | None:
+        """The first waiting request that may start now (rows free, its controller free), taking
+        its controller; requests passed over go to ``skipped``."""
         while self.waiting and len(self.active) < self.max_batch:
             row = self.waiting.popleft()
             if row.forced is not None:
@@ -185,22 +238,10 @@ class BatchedDecoder:
             if owner is not None and owner in self._busy:  # its controller serves another row: it waits its turn
                 skipped.append(row)
                 continue
-            try:
-                self._prefill(row)
-            except BaseException:  # back in the queue, so the caller's recovery (fail_all) ends it too
-                self.waiting.appendleft(row)
-                self.waiting.extendleft(reversed(skipped))
-                raise
-            if row.stop_reason is not None:
-                self.slots.remove([self.slots.rows - 1])
-                self._finish_request(row)
-                finished.append(row.id)
-            else:
-                self.active.append(row)
-                if owner is not None:
-                    self._busy.add(owner)
-        self.waiting.extendleft(reversed(skipped))
-        return finished
+            if owner is not None:
+                self._busy.add(owner)
+            return row
+        return None
 
     def _pooled(self, key: str) -> Policy:
         """A controller of ``key`` that serves no row now: the registry's own first, then replicas
@@ -228,17 +269,23 @@ class BatchedDecoder:
     def _release(self, row: _Row) -> None:
         self._busy.discard(_controller(row.policy))
 
-    def _prefill(self, row: _Row) -> None:
-        decoder, cfg = self.decoder, row.config
+    def _start(self, row: _Row) -> None:
+        decoder = self.decoder
         if decoder.observers:
-            row.info = RequestInfo(model=decoder.target_model.name, key=row.key, config=cfg,
+            row.info = RequestInfo(model=decoder.target_model.name, key=row.key, config=row.config,
                                    prompt_tokens=len(row.prompt_ids), policy=row.policy.name)
             decoder.observers.notify("on_request_start", row.info)
-        row.started_s = start = decoder._now()
+        row.started_s = decoder._now()
         row.stats.prompt_tokens = len(row.prompt_ids)
-        logits = self.slots.add(row.prompt_ids)
+        row.prefill = Prefill(row.prompt_ids)
+
+    def _first_token(self, row: _Row, logits: torch.Tensor) -> None:
+        """The prompt is in (the row joined the cache): its first token, drafters and session."""
+        decoder, cfg = self.decoder, row.config
+        row.prefill = None
         first = decoder.first_token(logits, cfg, row.generator)
-        row.stats.prefill_s = decoder._now() - start
+        # from its start to its first token: with chunks, the other rows' steps in between too
+        row.stats.prefill_s = decoder._now() - row.started_s
         row.context = row.prompt_ids + [first]
         new, row.stop_reason = decoder._finish([first], row.generated, cfg)
         if row.on_tokens is not None:

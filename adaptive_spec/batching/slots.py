@@ -30,6 +30,21 @@ from transformers import DynamicCache, PreTrainedModel
 from adaptive_spec.errors import InvalidParameterError
 
 
+class Prefill:
+    """A prompt on its way into the batch: the part of it prefilled so far, in a cache of its own."""
+
+    def __init__(self, prompt: list[int]) -> None:
+        if not prompt:
+            raise ValueError("a prompt needs at least one token")
+        self.prompt = list(prompt)
+        self.cache = DynamicCache()
+        self.done = 0  # tokens prefilled
+
+    @property
+    def remaining(self) -> int:
+        return len(self.prompt) - self.done
+
+
 class SlotCache:
     def __init__(self, model: PreTrainedModel) -> None:
         windows = {getattr(model.config, "sliding_window", None)} | set(getattr(model.config, "layer_types", None) or [])
@@ -58,14 +73,26 @@ class SlotCache:
 
     # -- rows join and leave ---------------------------------------------------------------------
 
-    @torch.inference_mode()
     def add(self, prompt: list[int]) -> torch.Tensor:
         """Prefill ``prompt`` alone and join it as the last row; logits [1, vocab] of its last position."""
-        single = DynamicCache()
-        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: single})
-        self._join(single, len(prompt))
-        self.tokens.append(list(prompt))
+        return self.feed(Prefill(prompt))
+
+    @torch.inference_mode()
+    def feed(self, pending: Prefill, budget: int | None = None) -> torch.Tensor | None:
+        """Prefill the next ``budget`` tokens of ``pending`` (all that remain: None) in a cache of its
+        own, outside the batch. Once its whole prompt is in, it joins as the last row and its last
+        position's logits [1, vocab] come back; None while tokens remain."""
+        if budget is not None and budget < 1:
+            raise ValueError(f"a prefill chunk needs at least one token, got {budget}")
+        end = len(pending.prompt) if budget is None else min(len(pending.prompt), pending.done + budget)
+        ids = torch.tensor([pending.prompt[pending.done:end]], dtype=torch.long, device=self.device)
+        # positions follow from what the chunk's cache holds, as in one forward over the whole prompt
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: pending.cache})
+        pending.done = end
+        if end < len(pending.prompt):
+            return None
+        self._join(pending.cache, len(pending.prompt))
+        self.tokens.append(list(pending.prompt))
         self._check()
         return out.logits[0, -1:]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from adaptive_spec.config import context_overflow
+from adaptive_spec.config import PREFILL_CHUNK, context_overflow
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.prompts import check_prompt_text
 from adaptive_spec.server import protocol, responses
@@ -36,6 +36,7 @@ class Settings:
     api_key: str | None = None
     max_queue: int = 64  # jobs waiting for the engine; one more is a 429
     max_batch: int = 1  # jobs decoding together (continuous batching above 1)
+    prefill_chunk: int = PREFILL_CHUNK  # batched: prompt tokens a step prefills while other jobs decode
     max_body_bytes: int = 1 << 20
     chat_max_tokens: int = 512  # a chat request without max_tokens: this, or what the context leaves
     grace_s: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
@@ -72,7 +73,8 @@ class Service:
         if self.settings.max_batch > 1:
             from adaptive_spec.server.batched_worker import BatchedWorker
 
-            self.worker = BatchedWorker(decoder, self.settings.max_queue, self.settings.max_batch)
+            self.worker = BatchedWorker(decoder, self.settings.max_queue, self.settings.max_batch,
+                                        prefill_chunk=self.settings.prefill_chunk)
         else:
             self.worker = EngineWorker(decoder, self.settings.max_queue)
 

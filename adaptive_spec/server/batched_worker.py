@@ -15,6 +15,7 @@ import queue
 import time
 
 from adaptive_spec.batching import BatchedDecoder
+from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.server.errors import APIError
 from adaptive_spec.server.worker import EngineWorker, Job
@@ -25,8 +26,10 @@ log = logging.getLogger("adaptive_spec.server")
 
 
 class BatchedWorker(EngineWorker):
-    def __init__(self, decoder, max_queue: int, max_batch: int, retry_after_s: int = 1) -> None:
-        self.engine = BatchedDecoder(decoder, max_batch=max_batch, draft_cap=BatchDraftCap())  # before the thread starts
+    def __init__(self, decoder, max_queue: int, max_batch: int, retry_after_s: int = 1,
+                 prefill_chunk: int | None = PREFILL_CHUNK) -> None:
+        self.engine = BatchedDecoder(decoder, max_batch=max_batch, draft_cap=BatchDraftCap(),  # before the thread starts
+                                     prefill_chunk=prefill_chunk)
         self._jobs: dict[int, tuple[Job, TextPieces | None]] = {}  # engine request id -> job
         super().__init__(decoder, max_queue, retry_after_s)
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
 
 
@@ -22,6 +23,8 @@ def serve(
     max_queue: int = typer.Option(64, help="Requests waiting for the engine at most; beyond it, 429."),
     max_batch: int = typer.Option(1, help="Requests decoded together (continuous batching above 1; drafters must "
                                   "then be lookups: ngram, the default)."),
+    prefill_chunk: int = typer.Option(PREFILL_CHUNK, help="With --max-batch above 1: prompt tokens prefilled per step while "
+                                      "other requests decode (a long prompt joins over several steps)."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
     suffix_max_tokens: int = typer.Option(100_000, help="With the suffix drafter: tokens of past outputs kept per "
                                           "traffic key (oldest dropped first)."),
@@ -47,6 +50,9 @@ def serve(
         raise InvalidParameterError("port", port, "must be in [0, 65535]")
     _check_positive_int("max_queue", max_queue)
     _check_positive_int("max_batch", max_batch)
+    _check_positive_int("prefill_chunk", prefill_chunk)
+    if max_batch == 1 and prefill_chunk != PREFILL_CHUNK:  # one request at a time: nothing decodes while it prefills
+        raise InvalidParameterError("prefill_chunk", prefill_chunk, "applies with --max-batch above 1 only")
     _check_positive_int("max_body_bytes", max_body_bytes)
     if not grace_s >= 0:
         raise InvalidParameterError("grace_s", grace_s, "must be >= 0")
@@ -93,7 +99,7 @@ def serve(
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(api_key=api_key, max_queue=max_queue, max_batch=max_batch, max_body_bytes=max_body_bytes,
-                        grace_s=grace_s)
+                        grace_s=grace_s, prefill_chunk=prefill_chunk)
     run(create_app(load, model, settings, on_shutdown=save_history), host, port)
 
 
