@@ -17,7 +17,10 @@ from the fit (see ``simulator/cost_model.py``).
 One iteration::
 
     1. admit:   move queued requests into free slots; their prefills run first (prefill-priority
-                scheduling, as vLLM's default) and give each its first token
+                scheduling, as vLLM's default) and give each its first token. With
+                ``prefill_chunk`` (as the engine's ``BatchedDecoder``), an iteration with running
+                sequences prefills at most that many prompt tokens: a long prompt joins over
+                several iterations, each priced as one forward over its chunk
     2. plan:    each running sequence's session asks its policy for (drafter, k), capped to its
                 budget, through the match gate (``policies.session``, as the engine does)
     3. draw:    proposed and accepted per sequence from its class's acceptance profile
@@ -47,8 +50,11 @@ from simulator.replica import NO_TOKENS, Replica
 class BatchingReplica(Replica):
     """Iteration-level batching with at most ``max_batch`` running sequences."""
 
-    def __init__(self, *args, max_batch: int = 8, draft_cap: bool = False, **kwargs) -> None:
+    def __init__(self, *args, max_batch: int = 8, draft_cap: bool = False, prefill_chunk: int | None = None,
+                 **kwargs) -> None:
         self.max_batch = max_batch  # slots: bounded in practice by KV-cache memory
+        self.prefill_chunk = prefill_chunk  # prompt tokens an iteration prefills while sequences run (None: all)
+        self.joining: list | None = None  # [request, prompt tokens prefilled] while its chunks go in
         self.last_draft_s = self.last_verify_s = 0.0  # the current iteration's, shared by its sequences
         self._pools: dict[str, list] = {}  # key -> its controllers; one serves one sequence at a time
         self._busy: set[int] = set()  # ids of the controllers serving a sequence now
@@ -71,18 +77,14 @@ class BatchingReplica(Replica):
         return policy
 
     def run(self):
-        env, cost, drafts = self.env, self.cost, self.drafts
+        env, drafts = self.env, self.drafts
         running = []  # [request, session, context_len]
         while True:
-            if not running and not self.queue:
+            if not running and not self.queue and self.joining is None:
                 yield from self.wait_for_work()
-            admitted = []  # 1
-            while self.queue and len(running) + len(admitted) < self.max_batch:
-                request = self.queue.popleft()
-                self.start(request)
-                admitted.append(request)
-            if admitted:
-                yield env.timeout(sum(cost.prefill_s(r.prompt_tokens) for r in admitted))
+            admitted, prefill_s = self.admit(len(running))  # 1
+            if prefill_s:
+                yield env.timeout(prefill_s)
                 for request in admitted:
                     self.first_token(request)
                     if request.generated >= request.output_tokens:
@@ -116,6 +118,29 @@ class BatchingReplica(Replica):
                                        len(gained), sum(gained))
             running = self.finish_iteration(running, steps)  # 6
 
+    def admit(self, running: int) -> tuple[list, float]:
+        """The requests whose whole prompt goes in this iteration, and the seconds of the prefill
+        forwards it runs (a chunk of a prompt still joining included)."""
+        admitted, seconds = [], 0.0
+        budget = self.prefill_chunk if running and self.prefill_chunk is not None else None
+        while budget is None or budget > 0:
+            if self.joining is None:
+                if not self.queue or running + len(admitted) >= self.max_batch:
+                    break
+                request = self.queue.popleft()
+                self.start(request)
+                self.joining = [request, 0]
+            request, done = self.joining
+            fed = request.prompt_tokens - done if budget is None else min(budget, request.prompt_tokens - done)
+            seconds += chunk_prefill_s(self.cost, done, fed)
+            budget = None if budget is None else budget - fed
+            if done + fed < request.prompt_tokens:
+                self.joining[1] = done + fed
+                break
+            self.joining = None
+            admitted.append(request)
+        return admitted, seconds
+
     def iteration_s(self, running: list, steps: list, looked_up: dict[str, list[int]]) -> float:
         cost, batch = self.cost, len(running)
         self.last_draft_s = sum(cost.draft_s(d, max(ks), len(ks), sum(ks)) for d, ks in looked_up.items())
@@ -143,3 +168,12 @@ class BatchingReplica(Replica):
             else:
                 still_running.append(seq)
         return still_running
+
+
+def chunk_prefill_s(cost, done: int, tokens: int) -> float:
+    """One forward prefilling ``tokens`` more of a prompt whose first ``done`` are in: the prefill
+    fit's per-forward part, plus its growth from ``done`` to ``done + tokens`` tokens (attention
+    over the earlier chunks included). With ``done`` 0 it is ``prefill_s(tokens)``."""
+    if done == 0:
+        return cost.prefill_s(tokens)
+    return cost.prefill_s(done + tokens) - cost.prefill_s(done) + cost.prefill_s(0)

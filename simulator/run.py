@@ -85,7 +85,8 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
         args = (env, index, cost, scenario.classes, pool, hooks, _stream_seed(seed, ACCEPTANCE, index))
         if scenario.replicas.mode == "batching":
             replicas.append(BatchingReplica(*args, max_batch=scenario.replicas.max_batch,
-                                            draft_cap=scenario.replicas.draft_cap))
+                                            draft_cap=scenario.replicas.draft_cap,
+                                            prefill_chunk=scenario.replicas.prefill_chunk))
         else:
             replicas.append(SerialReplica(*args))
     env.process(arrivals(env, requests, replicas, scenario.replicas.router, hooks, _stream_seed(seed, TRAFFIC, 1)))

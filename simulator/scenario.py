@@ -18,7 +18,9 @@ Top-level fields (``*`` required)::
                   trace rows themselves (a list of mappings), so a caller holding a trace in
                   memory need not write it to a file
     replicas      {count, mode: serial|batching, max_batch, router: least_loaded|round_robin|random,
-                   draft_cap (batching: the engine's cap on drafts as the batch fills; default true)}
+                   draft_cap (batching: the engine's cap on drafts as the batch fills; default true),
+                   prefill_chunk (batching: prompt tokens an iteration prefills while sequences
+                   run, as the engine's --prefill-chunk; default null: whole prompts at once)}
     policy        spec such as none, static:ngram:4, heuristic:ngram, adaptive      default: none
     policy_scope  replica | key   (one controller per replica, or per replica and traffic key)
     slo           {ttft_s, tpot_s, e2e_s, percentile}                 targets left out are not checked
@@ -55,6 +57,7 @@ class ReplicaConfig:
     router: str = "least_loaded"  # least_loaded: fewest queued + running; round_robin; random
     # batching only: the engine's BatchDraftCap (policies/batch_cap.py) caps learning rows' drafts
     draft_cap: bool = True
+    prefill_chunk: int | None = None  # batching only: as the engine's prefill_chunk; None: whole prompts
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,8 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         int(_num(rep.get("max_batch", 8), "replicas.max_batch", integer=True)),
         _choice(rep.get("router", "least_loaded"), ROUTERS, "replicas.router"),
         _flag(rep.get("draft_cap", True), "replicas.draft_cap"),
+        None if rep.get("prefill_chunk") is None else
+        int(_num(rep["prefill_chunk"], "replicas.prefill_chunk", integer=True)),
     )
     slo_raw = _mapping(raw.get("slo") or {}, "slo")
     _only(slo_raw, SLO.__dataclass_fields__, "slo")

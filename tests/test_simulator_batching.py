@@ -58,3 +58,60 @@ def test_the_cap_shrinks_drafts_where_the_full_batch_cannot_afford_them():
     assert len(tried) >= 3  # every cap tried before any is preferred
     assert capped["acceptance"]["tokens_per_step"] < uncapped["acceptance"]["tokens_per_step"]
     assert capped["throughput_tokens_s"] > uncapped["throughput_tokens_s"]
+
+
+class _Steps:
+    """Hooks: when each iteration's steps finished, and when each request got its first token."""
+
+    def __init__(self):
+        self.times, self.first = [], {}
+
+    def __getattr__(self, name):  # the hooks these tests do not need
+        return lambda *args: None
+
+    def on_step(self, outcome, batch):
+        self.times.append(outcome.timestamp)
+
+    def on_first_token(self, request, now):
+        self.first[request.id] = now - request.arrival_s
+
+
+def _joining(prefill_chunk):
+    """Two short requests decoding when a 2048-token prompt arrives (trace rows)."""
+    rows = [{"arrival_s": 0.0, "class": "copy", "prompt_tokens": 32, "output_tokens": 200},
+            {"arrival_s": 0.0, "class": "copy", "prompt_tokens": 32, "output_tokens": 200},
+            {"arrival_s": 0.5, "class": "copy", "prompt_tokens": 2048, "output_tokens": 8}]
+    raw = scenario_dict(profile=gpu_like_profile(), policy="none", workload={"replay": rows},
+                        replicas={"count": 1, "mode": "batching", "max_batch": 4, "prefill_chunk": prefill_chunk})
+    env, steps = simpy.Environment(), _Steps()
+    sim = build_simulation(env, scenario_from_dict(raw), extra_hooks=[steps])
+    env.run()
+    gaps = [b - a for a, b in zip(sorted(set(steps.times)), sorted(set(steps.times))[1:])]
+    return max(gaps), steps.first[2], sim
+
+
+def test_a_long_prompt_joins_in_chunks_as_in_the_engine():
+    from simulator.batching import chunk_prefill_s
+    from simulator.cost_model import fit_cost_model
+    from simulator.profile import profile_from_dict
+
+    cost = fit_cost_model(profile_from_dict(gpu_like_profile(), "profile"))
+    # chunks of 128 cost the whole prefill plus one forward's fixed part per extra chunk
+    chunks = sum(chunk_prefill_s(cost, done, 128) for done in range(0, 2048, 128))
+    assert abs(chunks - (cost.prefill_s(2048) + 15 * cost.prefill_s(0))) < 1e-9
+    whole_gap, whole_ttft, _ = _joining(None)
+    chunked_gap, chunked_ttft, sim = _joining(128)
+    verify = cost.verify_s(1, 100, 2)
+    assert whole_gap > cost.prefill_s(2048)  # the decoding rows waited for the whole prompt
+    assert chunked_gap < chunk_prefill_s(cost, 1920, 128) + 2 * verify  # at most a chunk and a step
+    assert chunked_ttft > whole_ttft  # the newcomer waited more steps for its first token
+    assert sim.replicas[0].joining is None and not sim.replicas[0].queue
+
+
+def test_a_bad_prefill_chunk_is_refused_by_field():
+    import pytest
+
+    assert scenario_from_dict(scenario_dict(replicas={"mode": "batching", "prefill_chunk": 64})).replicas.prefill_chunk == 64
+    for bad in (0, -5, 2.5, "128", True):
+        with pytest.raises(ValueError, match="replicas.prefill_chunk"):
+            scenario_from_dict(scenario_dict(replicas={"mode": "batching", "prefill_chunk": bad}))
