@@ -4,7 +4,10 @@ What is timed, each the median of ``repeats`` runs after a warm-up:
 
 - prefill: a fresh cache reading prompts of several lengths;
 - verify: one target forward of ``k + 1`` tokens on top of a cache of ``context_len`` tokens, plus
-  the greedy check and the KV rollback - everything of a step but drafting;
+  the greedy check and the KV rollback - everything of a step but drafting; with ``batch_sizes``,
+  also the batched engine's step (``BatchedDecoder``): one forward over ``batch`` rows, every row
+  padded to the widest (``k + 1`` tokens each), each row's check and rollback, and the cache
+  compaction as the engine runs it;
 - draft: each drafter's seconds per call and per proposed token;
 - acceptance: per request class (the ``kind`` of the workload prompts) and drafter, the
   conditional per-position acceptance ``P(position i accepted | 0..i-1 accepted)`` and the hit
@@ -41,6 +44,8 @@ from policies.static import StaticPolicy
 PREFILL_LENGTHS = (16, 32, 64, 128, 256, 512)
 VERIFY_TOKENS = (1, 2, 3, 5, 9, 17)  # k + 1 for k = 0, 1, 2, 4, 8, 16
 CONTEXT_LENGTHS = (64, 256, 512)
+BATCH_VERIFY_TOKENS = (1, 2, 3, 5, 9)  # k + 1 up to 8: wider drafts do not pay once rows share the forward
+BATCH_CONTEXT_LENGTHS = (64, 256)
 ACCEPTANCE_K = 8  # long drafts, so every position up to 8 gets counted
 MIN_TESTED = 5  # drafts that reached a position before its acceptance is estimated from them
 
@@ -89,6 +94,34 @@ def time_verify(decoder: SpeculativeDecoder, repeats: int) -> list[dict]:
                 lm.rollback(context)
 
             samples.append({"tokens": tokens, "context_len": context, "batch": 1, "seconds": _median_time(run, repeats)})
+    return samples
+
+
+def time_batched_verify(decoder: SpeculativeDecoder, batch_sizes: Sequence[int], repeats: int) -> list[dict]:
+    """The batched engine's step but drafting, on ``SlotCache`` rows of ``context_len`` tokens each."""
+    from adaptive_spec.batching import SlotCache
+
+    slots = SlotCache(decoder.target.model)
+    vocab = decoder.target.vocab_size
+    samples = []
+    for batch in batch_sizes:
+        for context in BATCH_CONTEXT_LENGTHS:
+            slots.reset()
+            for row in range(batch):
+                slots.add(_filler(context + row, vocab)[:context])
+            for tokens in BATCH_VERIFY_TOKENS:
+                step = [_filler(tokens + row, vocab)[:tokens] for row in range(batch)]
+
+                def run():
+                    logits = slots.extend(step)
+                    for row in range(batch):
+                        verify_greedy(step[row][1:], logits[row])
+                        slots.rollback(row, context)
+                    slots.compact()
+
+                samples.append({"tokens": tokens, "context_len": context, "batch": batch,
+                                "seconds": _median_time(run, repeats)})
+    slots.reset()
     return samples
 
 
@@ -213,12 +246,16 @@ def _per_position(c: dict, fallback: Sequence[float] = ()) -> list[float]:
 
 
 def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int = 5, max_new_tokens: int = 64,
-              progress: Callable[[str], None] | None = None, per_prompt: bool = False) -> dict:
+              progress: Callable[[str], None] | None = None, per_prompt: bool = False,
+              batch_sizes: Sequence[int] = ()) -> dict:
     say = progress or (lambda _: None)
     say("prefill")
     prefill = time_prefill(decoder, repeats)
     say("verify")
     verify = time_verify(decoder, repeats)
+    if batch_sizes:
+        say(f"batched verify ({', '.join(map(str, batch_sizes))} rows)")
+        verify += time_batched_verify(decoder, batch_sizes, repeats)
     say("drafters")
     context = decoder.encode_prompt(prompts[0].prompt)
     draft = time_drafters(decoder, context, repeats)
@@ -235,6 +272,8 @@ def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int =
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "engine": "adaptive-spec calibrate",
             "illustrative": False,
+            # how a batched forward is priced: every row padded to the widest, as BatchedDecoder runs it
+            **({"batched_forward": "padded"} if batch_sizes else {}),
         },
         "prefill": prefill,
         "verify": verify,

@@ -280,6 +280,8 @@ def calibrate(
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens per generation when measuring acceptance."),
     per_prompt: bool = typer.Option(False, "--per-prompt", help="Also one acceptance class per prompt, named by its id "
                                     "(to replay a trace that records each request's prompt)."),
+    batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Comma-separated row counts (>= 2) at which to "
+                                              "also time the batched engine's step, for the simulator's batching mode."),
     device: str = typer.Option("auto"),
     dtype: str = typer.Option("float32"),
 ) -> None:
@@ -289,6 +291,7 @@ def calibrate(
 
     check_positive_int("repeats", repeats)
     check_positive_int("max_new_tokens", max_new_tokens)
+    sizes = _batch_sizes(batch_sizes)
     rows = read_prompts(prompts)
     if per_prompt:
         check_per_prompt(rows, prompts)
@@ -297,13 +300,25 @@ def calibrate(
     decoder = _load_decoder(model, names, torch_device, torch_dtype, None)
     with err.status("calibrating ...") as status:
         profile = run_calibration(decoder, rows, repeats, max_new_tokens, progress=lambda m: status.update(f"calibrating: {m}"),
-                                  per_prompt=per_prompt)
+                                  per_prompt=per_prompt, batch_sizes=sizes)
     plain = next(v["seconds"] for v in profile["verify"] if v["tokens"] == 1)
     classes = list(profile["acceptance"])
     shown = ", ".join(classes) if len(classes) <= 12 else f"{', '.join(classes[:12])}, ... ({len(classes)} in all)"
     err.print(f"plain step {plain * 1000:.1f} ms; acceptance classes: {shown}", soft_wrap=True)
     write_json_atomic(out, profile, "out")
     err.print(f"wrote {out}", soft_wrap=True)
+
+
+def _batch_sizes(raw: str | None) -> list[int]:
+    if raw is None:
+        return []
+    try:
+        sizes = sorted({int(n) for n in raw.split(",") if n.strip()})
+    except ValueError:
+        raise InvalidParameterError("batch_sizes", raw, "must be comma-separated integers") from None
+    if not sizes or sizes[0] < 2:
+        raise InvalidParameterError("batch_sizes", raw, "each must be >= 2 (batch 1 is always timed)")
+    return sizes
 
 
 @app.command("validate-sim")

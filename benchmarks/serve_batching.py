@@ -26,7 +26,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 from adaptive_spec.outputs import check_writable, write_json_atomic
-from benchmarks.serve_shift import CONFIGS, free_port, start_server
+from adaptive_spec.config import PREFILL_CHUNK
+from benchmarks.serve_shift import CONFIGS, TRACE_FIELDS, free_port, start_server
+from benchmarks.sim_validation import simulate_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +38,7 @@ def loadgen(url: str, args: argparse.Namespace, config: str, concurrency: int, o
     command = [sys.executable, "-m", "adaptive_spec.cli", "loadgen", "--url", url, "--prompts", str(args.prompts),
                "--rate", "inf", "--max-concurrency", str(concurrency), "--num-requests", str(args.requests),
                "--max-tokens", str(args.max_tokens), "--temperature", "0", "--seed", str(args.seed),
-               "--traffic-key", f"serve-batching-{config}", "--extra-body", json.dumps({"speculation": speculation}),
+               "--traffic-key", f"serve-batching-{config}-c{concurrency}", "--extra-body", json.dumps({"speculation": speculation}),
                "--endpoint", "chat", "--out", str(out), "--quiet"]
     subprocess.run(command, check=True, cwd=ROOT)
     return json.loads(out.read_text())
@@ -51,7 +53,28 @@ def summarize(report: dict, config: str, concurrency: int) -> dict:
             "errors": s["errors"], "output_tokens_per_s": s["output_throughput"],
             "e2el_s": {q: s["e2el_ms"][q] / 1e3 for q in ("p50", "p95")},
             "ttft_s": {q: s["ttft_ms"][q] / 1e3 for q in ("p50", "p95")},
-            "speculative_step_share": drafted / steps if steps else 0.0, "steps": steps}
+            "speculative_step_share": drafted / steps if steps else 0.0, "steps": steps,
+            "trace": [{k: r[k] for k in (*TRACE_FIELDS, "sent_s")} for r in report["requests"]]}  # what the simulator replays
+
+
+def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int) -> dict:
+    """The batching replica's p50/p95 end-to-end latency for the run's completed requests (each
+    request's prompt its class, arriving when the run sent it: the client's concurrency limit held
+    it back until then, and its latency counts from there), and its error against the run."""
+    rows = [{**r, "class": r["id"], "arrival_s": r["sent_s"]} for r in run["trace"] if r["ok"]]
+    replica = {"mode": "batching", "max_batch": max_batch, "prefill_chunk": prefill_chunk}
+    predicted = simulate_trace(rows, profile, CONFIGS[run["config"]][1], run["concurrency"], replica)["e2e_s"]
+    return {"simulated_e2e_s": predicted,
+            "simulator_error": {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}}
+
+
+def calibrate(args: argparse.Namespace) -> None:
+    """``adaptive-spec calibrate --per-prompt --batch-sizes 2,...,max_batch`` on the run's prompts."""
+    sizes = ",".join(str(n) for n in (2, 4, 8, 16) if n < args.max_batch) + f",{args.max_batch}"
+    print(f"calibrating {args.profile} on {args.prompts} (batch sizes {sizes}) ...", flush=True)
+    subprocess.run([sys.executable, "-m", "adaptive_spec.cli", "calibrate", "--prompts", str(args.prompts),
+                    "--per-prompt", "--drafters", "ngram", "--batch-sizes", sizes, "--max-new-tokens",
+                    str(args.max_tokens), "--out", str(args.profile)], check=True, cwd=ROOT)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,6 +88,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--configs", default="adaptive,static:ngram:8,plain")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="a profile from `calibrate --per-prompt --batch-sizes ...` on --prompts: predict every "
+                             "run with the simulator's batching replica")
+    parser.add_argument("--calibrate", action="store_true", help="write --profile first (calibrate on --prompts)")
     args = parser.parse_args(argv)
     for name in ("max_batch", "requests", "max_tokens"):
         if getattr(args, name) < 1:
@@ -79,9 +106,15 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         parser.error(f"configs={args.configs!r}: unknown {unknown}; known: {', '.join(CONFIGS)}")
-    for path, name in ((args.out, "out"), (args.plot, "plot")):
+    for path, name in ((args.out, "out"), (args.plot, "plot"), (args.profile if args.calibrate else None, "profile")):
         if path is not None:
             check_writable(path, name)
+    if args.calibrate and args.profile is None:
+        parser.error("calibrate: needs --profile, the file to write")
+    if args.profile is not None and not args.calibrate and not args.profile.exists():
+        parser.error(f"profile={str(args.profile)!r}: no such file (--calibrate writes it)")
+    if args.calibrate:
+        calibrate(args)
     port = free_port()
     server = start_server(port, ["--max-batch", str(args.max_batch), "--drafters", "ngram"])
     runs = []
@@ -101,13 +134,18 @@ def main(argv: list[str] | None = None) -> None:
         server.terminate()
         server.wait(timeout=60)
     for run in runs:
+        if args.profile is not None:
+            run.update(predict(run, str(args.profile), args.max_batch, PREFILL_CHUNK))
+        error = run.get("simulator_error")
         print(f"{run['config']:>15} c={run['concurrency']}: {run['output_tokens_per_s']:6.1f} tok/s  E2EL p50 "
               f"{run['e2el_s']['p50']:.2f} s p95 {run['e2el_s']['p95']:.2f} s  drafting {run['speculative_step_share']:.0%}"
-              f"  completed {run['completed']}/{run['requests']}")
+              f"  completed {run['completed']}/{run['requests']}"
+              + (f"  simulated p50 {error['p50']:+.1%} p95 {error['p95']:+.1%}" if error else ""))
     write_json_atomic(args.out, {
         "benchmark": "serve_batching", "prompts": str(args.prompts), "max_batch": args.max_batch,
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "concurrency": levels,
-        "configs": configs, "endpoint": "chat",
+        "configs": configs, "endpoint": "chat", "profile": str(args.profile) if args.profile else None,
+        "prefill_chunk": PREFILL_CHUNK,
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},
         "runs": runs}, "out")

@@ -98,8 +98,10 @@ def summarize_real(served: list[dict]) -> dict:
     }
 
 
-def simulate_trace(trace: list[dict], profile: str | Path | Profile, policy_spec: str, seed: int) -> dict:
-    """Replay ``trace`` rows (arrival_s, class, prompt_tokens, output_tokens) on one serial replica.
+def simulate_trace(trace: list[dict], profile: str | Path | Profile, policy_spec: str, seed: int,
+                   replicas: dict | None = None) -> dict:
+    """Replay ``trace`` rows (arrival_s, class, prompt_tokens, output_tokens) on one replica: serial,
+    or as ``replicas`` says (the scenario's field, e.g. ``{"mode": "batching", "max_batch": 8}``).
 
     ``profile`` is a profile file or a ``Profile`` already loaded; the rows go to the simulator as
     they are, no file in between.
@@ -113,7 +115,7 @@ def simulate_trace(trace: list[dict], profile: str | Path | Profile, policy_spec
         "classes": {c: {"prompt_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"dist": "fixed", "value": 64}}
                     for c in classes},
         "workload": {"replay": rows},
-        "replicas": {"count": 1, "mode": "serial"},
+        "replicas": {"count": 1, "mode": "serial", **(replicas or {})},
         "policy": policy_spec,
     })
     s = simulate(scenario, with_timeseries=False).summary

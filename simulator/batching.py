@@ -25,7 +25,9 @@ One iteration::
                 budget, through the match gate (``policies.session``, as the engine does)
     3. draw:    proposed and accepted per sequence from its class's acceptance profile
     4. cost:    draft_s (per drafter: batched = longest draft, unbatched = sum) + verify_s(batch,
-                widest sequence, tokens across the batch, context across the batch)
+                widest sequence, tokens across the batch, context across the batch); tokens
+                across the batch are batch x widest where the profile's engine pads rows
+                (``metadata.batched_forward: padded``, as ``calibrate --batch-sizes`` writes)
     5. advance: one SimPy timeout for the whole iteration
     6. finish:  every sequence's session records its StepOutcome (sharing the iteration's draft_s
                 and verify_s: a policy that measures tokens per second sees the batched cost)
@@ -146,7 +148,9 @@ class BatchingReplica(Replica):
         self.last_draft_s = sum(cost.draft_s(d, max(ks), len(ks), sum(ks)) for d, ks in looked_up.items())
         widths = [draft.proposed + 1 for _, draft in steps]
         contexts = sum(seq[2] for seq in running)
-        self.last_verify_s = cost.verify_s(max(widths), contexts / batch, batch, sum(widths), contexts)
+        # a padded forward scores every row at the widest row's width; a ragged one, each row's own
+        scored = batch * max(widths) if getattr(cost, "padded", False) else sum(widths)
+        self.last_verify_s = cost.verify_s(max(widths), contexts / batch, batch, scored, contexts)
         return self.last_draft_s + self.last_verify_s
 
     def finish_iteration(self, running: list, steps: list) -> list:

@@ -141,6 +141,9 @@ class FittedCostModel:
     draft: dict[str, DraftCost] = field(default_factory=dict)
 
     measured: tuple[VerifySample, ...] = ()  # batch-1 samples priced width by width (module docstring)
+    # a batched forward pads every sequence to the widest (this engine's BatchedDecoder), rather
+    # than scoring only each sequence's own tokens (a ragged engine such as vLLM's)
+    padded: bool = False
 
     def __post_init__(self) -> None:
         w = self.verify.weights
@@ -257,5 +260,6 @@ def _context_line(samples: list[VerifySample], fallback_slope: float) -> tuple[f
 
 def fit_cost_model(profile: Profile) -> FittedCostModel:
     """Fit every part of the cost model on a profile."""
+    padded = profile.metadata.get("batched_forward") == "padded"
     return FittedCostModel(fit_verify(profile.verify), fit_prefill(profile.prefill), dict(profile.draft),
-                           tuple(profile.verify))
+                           tuple(profile.verify), padded)

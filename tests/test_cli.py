@@ -32,6 +32,8 @@ def test_every_command_is_mounted():
     (["bench", "--prompts", "benchmarks/engine.jsonl", "--rounds", "0"], "rounds"),
     (["calibrate", "--prompts", "nope.jsonl"], "prompts"),
     (["calibrate", "--repeats", "0"], "repeats"),
+    (["calibrate", "--batch-sizes", "1,4"], "batch_sizes"),
+    (["calibrate", "--batch-sizes", "four"], "batch_sizes"),
     (["validate-sim", "--requests", "0"], "requests"),
     (["validate-sim", "--rate", "-1"], "rate"),
     (["validate-sim", "--policy", "bogus"], "policy"),

@@ -1,0 +1,103 @@
+"""RESULTS.md's batching sections: the batched engine against batch-1, the batched server by
+concurrency (with the simulator's predictions of each run), and chunked prefill."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.results_kit import load, machine_line, provenance, table
+
+
+def batching_section(results_dir: Path, dates: dict | None) -> str:
+    if not (Path(results_dir) / "batching.json").exists():
+        return ""
+    data = load(results_dir, "batching.json")
+    rows = []
+    for row in data["summary"]:
+        ratio = (f"{row['throughput_ratio']:.2f}× [{row['ratio_ci'][0]:.2f}, {row['ratio_ci'][1]:.2f}]"
+                 if "throughput_ratio" in row else "1")
+        rows.append([f"`{row['config']}`", row["mode"], f"{row['tokens_per_s']:.1f}", ratio, f"{row['e2e_p50_s']:.2f}",
+                     f"{row['e2e_p95_s']:.2f}", f"{row['speculative_step_share']:.0%}",
+                     "yes" if row["identical"] else "**no**"])
+    sizes = ", ".join(str(n) for n in data["max_batch"])
+    what = (f"{data['requests']} requests arriving at once ([`{Path(data['prompts']).name}`]({Path(data['prompts']).name}), "
+            f"copy-heavy and open-ended alternating), {data['max_tokens']} new tokens each, greedy, each request "
+            "with a controller of its own, in one process: served one after another by `generate` (*batch-1*) and "
+            f"together by `BatchedDecoder` with up to {sizes} rows (*batched N*; each config keeps one draft cap "
+            f"for the run, as a server does), the modes interleaved over {data['rounds']} rounds. Output tok/s: all "
+            "output tokens over the set's wall time, median of rounds; ratio: against batch-1 in the same round, "
+            "median and 95% bootstrap interval over rounds; E2E: each request's latency from the common arrival, "
+            "pooled over rounds; *drafting*: share of decode steps that verified a draft; *same tokens*: every "
+            "request's tokens equal its batch-1 tokens.")
+    header = ["config", "mode", "output tok/s", "vs batch-1 [95% CI]", "E2E p50 s", "E2E p95 s", "drafting", "same tokens"]
+    command = (f".venv/bin/python -m benchmarks.batching --configs {','.join(data['configs'])} --max-batch "
+               f"{','.join(str(n) for n in data['max_batch'])} --rounds {data['rounds']} --requests {data['requests']} "
+               f"--max-tokens {data['max_tokens']} --out benchmarks/results/batching.json --plot benchmarks/results/batching.png")
+    plot = "![throughput and drafting by batch size](results/batching.png)"
+    return "\n\n".join(["## Continuous batching", what, table(header, rows), plot,
+                        provenance(results_dir, ["batching.json"], dates, command, machine_line(data))])
+
+
+def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
+    if not (Path(results_dir) / "serve_batching.json").exists():
+        return ""
+    data = load(results_dir, "serve_batching.json")
+    predicted = data.get("profile") is not None
+    rows = []
+    for level in data["concurrency"]:
+        mine = [r for r in data["runs"] if r["concurrency"] == level]
+        best_fixed = max((r for r in mine if r["config"] != "adaptive"), key=lambda r: r["output_tokens_per_s"])
+        for run in sorted(mine, key=lambda r: data["configs"].index(r["config"])):
+            simulated = run.get("simulator_error")
+            rows.append([str(level), f"`{run['config']}`", f"{run['completed']}/{run['requests']}",
+                         f"{run['output_tokens_per_s']:.1f}", f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
+                         f"{run['speculative_step_share']:.0%}",
+                         *([f"{simulated['p50']:+.0%}", f"{simulated['p95']:+.0%}"] if predicted else []),
+                         "best fixed" if run is best_fixed else ""])
+    what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve --max-batch {data['max_batch']} --drafters ngram`: "
+            f"{data['requests']} requests per run from [`{Path(data['prompts']).name}`]({Path(data['prompts']).name}) "
+            f"(copy-heavy and open-ended, the same seeded choice every run) on `/v1/chat/completions`, sent as fast "
+            f"as the concurrency allows, {data['max_tokens']} new tokens, greedy. A config is a per-request "
+            "`speculation` override on a traffic key of its own (`static:ngram:8`: ngram, k = 8; `plain`: off; "
+            "`adaptive`: the server's controllers, capped by what the batch affords). One run per config and "
+            "concurrency, configs rotating within each concurrency. *Drafting*: share of decode steps that "
+            "verified a draft, from the responses' own statistics.")
+    if predicted:
+        what += (f" *Simulated*: the simulator's batching replica (max batch {data['max_batch']}, prefill chunk "
+                 f"{data['prefill_chunk']}) replaying each run's completed requests from the moment the client sent "
+                 f"them, each with its own prompt's acceptance, on [`{Path(data['profile']).name}`]"
+                 f"(../{data['profile']}) (calibrated with `--batch-sizes` right before the runs): its p50 and p95 "
+                 "end-to-end latency against the measured ones.")
+    header = ["concurrency", "config", "completed", "output tok/s", "E2EL p50 s", "E2EL p95 s", "drafting",
+              *(["simulated p50", "simulated p95"] if predicted else []), ""]
+    command = (f".venv/bin/python -m benchmarks.serve_batching --concurrency {','.join(map(str, data['concurrency']))} "
+               f"--requests {data['requests']} --max-tokens {data['max_tokens']} --out benchmarks/results/serve_batching.json "
+               "--plot benchmarks/results/serve_batching.png"
+               + (f" --profile {data['profile']} --calibrate" if predicted else ""))
+    plot = "![throughput, latency and drafting by concurrency](results/serve_batching.png)"
+    return "\n\n".join(["## Batched serving by concurrency", what, table(header, rows), plot,
+                        provenance(results_dir, ["serve_batching.json"], dates, command, machine_line(data))])
+
+
+def prefill_chunk_section(results_dir: Path, dates: dict | None) -> str:
+    if not (Path(results_dir) / "prefill_chunk.json").exists():
+        return ""
+    data = load(results_dir, "prefill_chunk.json")
+    rows = [[row["chunk"], f"{row['join_steps']:.0f}",
+             f"{row['worst_step_s']:.2f} [{row['worst_step_ci'][0]:.2f}, {row['worst_step_ci'][1]:.2f}]",
+             f"{row['median_step_s']:.2f}", f"{row['ttft_s']:.2f} [{row['ttft_ci'][0]:.2f}, {row['ttft_ci'][1]:.2f}]",
+             "yes" if row["identical"] else "**no**"] for row in data["summary"]]
+    what = (f"A {data['long_tokens']}-token prompt (the public corpus's RAG and summarization prompts, one after "
+            f"another) arrives while {data['rows']} short requests decode together in `BatchedDecoder` (plain "
+            f"decoding, {data['max_tokens']} new tokens each). *prefill_chunk*: prompt tokens a step may prefill "
+            "while rows decode (`none`: the whole prompt in one step). *Longest step*: the worst gap the decoding "
+            "rows saw between two tokens while the prompt joined; *newcomer TTFT*: from its arrival to its first "
+            f"token. Median of {data['rounds']} rounds with the settings' order rotated, 95% bootstrap interval "
+            "over rounds; *same tokens*: every request's tokens equal the same request served alone.")
+    header = ["prefill_chunk", "steps to join", "longest step s [95% CI]", "median step s", "newcomer TTFT s [95% CI]",
+              "same tokens"]
+    command = (f".venv/bin/python -m benchmarks.prefill_chunk --chunks {','.join(data['chunks'])} --rounds "
+               f"{data['rounds']} --long-tokens {data['long_tokens']} --rows {data['rows']} --max-tokens "
+               f"{data['max_tokens']} --out benchmarks/results/prefill_chunk.json")
+    return "\n\n".join(["## Chunked prefill", what, table(header, rows),
+                        provenance(results_dir, ["prefill_chunk.json"], dates, command, machine_line(data))])

@@ -1,0 +1,60 @@
+"""calibrate --batch-sizes: the batched engine's step timed at several row counts, written so the
+simulator's batching replica can price this engine's padded forwards."""
+
+import types
+
+import pytest
+
+from adaptive_spec.calibrate import BATCH_CONTEXT_LENGTHS, BATCH_VERIFY_TOKENS, calibrate
+from adaptive_spec.decoder import SpeculativeDecoder
+from adaptive_spec.drafters import NgramDrafter
+from adaptive_spec.prompts import Prompt
+from simulator.batching import BatchingReplica
+from simulator.cost_model import fit_cost_model
+from simulator.profile import profile_from_dict
+from simulator_testkit import gpu_like_profile
+from tiny import loaded, one_thread, tiny_llama
+
+PROMPTS = [Prompt("a", "".join(f"<{i}>" for i in [5, 6, 7, 8] * 6), kind="copy"),
+           Prompt("b", "".join(f"<{i}>" for i in range(10, 34)), kind="chat")]
+
+
+@pytest.fixture(scope="module")
+def profile():
+    with one_thread():
+        decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0, vocab=256)), [NgramDrafter()])
+        return calibrate(decoder, PROMPTS, repeats=1, max_new_tokens=8, batch_sizes=[2, 4])
+
+
+def test_every_row_count_width_and_context_is_timed_and_marked_padded(profile):
+    batched = {(v["batch"], v["tokens"], v["context_len"]) for v in profile["verify"] if v["batch"] > 1}
+    assert batched == {(b, t, c) for b in (2, 4) for t in BATCH_VERIFY_TOKENS for c in BATCH_CONTEXT_LENGTHS}
+    assert all(v["seconds"] > 0 for v in profile["verify"])
+    assert profile["metadata"]["batched_forward"] == "padded"
+    cost = fit_cost_model(profile_from_dict(profile, "calibrated"))
+    assert cost.verify.batch_fitted and cost.padded
+    assert cost.verify_s(5, 100, batch=4) > 0  # a batched forward is priced, not refused
+
+
+def test_a_batch_1_profile_stays_as_it_was():
+    with one_thread():
+        decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0, vocab=256)), [NgramDrafter()])
+        plain = calibrate(decoder, PROMPTS[:1], repeats=1, max_new_tokens=4)
+    assert {v["batch"] for v in plain["verify"]} == {1} and "batched_forward" not in plain["metadata"]
+    assert not fit_cost_model(profile_from_dict(plain, "calibrated")).padded
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_batching_replica_prices_unequal_drafts_as_the_engine_runs_them(padded):
+    raw = gpu_like_profile()
+    if padded:
+        raw["metadata"]["batched_forward"] = "padded"
+    cost = fit_cost_model(profile_from_dict(raw, "roofline"))
+    seen = []
+    replica = types.SimpleNamespace(cost=types.SimpleNamespace(
+        padded=cost.padded, draft_s=lambda *a: 0.0,
+        verify_s=lambda tokens, context, batch, scored, contexts: seen.append((tokens, batch, scored)) or 1.0))
+    draft = lambda proposed: (None, types.SimpleNamespace(proposed=proposed))  # noqa: E731
+    BatchingReplica.iteration_s(replica, [[None, None, 100]] * 3, [draft(8), draft(0), draft(2)], {})
+    # widths 9, 1 and 3: padded, every row scores 9 tokens; ragged, each its own
+    assert seen == [(9, 3, 27 if padded else 13)]

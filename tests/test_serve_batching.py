@@ -1,0 +1,44 @@
+"""benchmarks/serve_batching.py's prediction: each run replayed on the simulator's batching replica,
+requests arriving when the client sent them, failed ones left out."""
+
+import pytest
+
+from benchmarks.serve_batching import predict
+from benchmarks.sim_validation import simulate_trace
+from simulator_testkit import cpu_like_profile
+
+
+def _profile(tmp_path):
+    import json
+
+    raw = cpu_like_profile()
+    # batched samples, as calibrate --batch-sizes writes them: a padded forward of batch x tokens
+    raw["verify"] += [{"tokens": t, "context_len": c, "batch": b, "seconds": 0.03 + 0.004 * b * t + 1e-6 * b * c}
+                      for b in (2, 4, 8) for t in (1, 3, 5) for c in (64, 512)]
+    raw["metadata"]["batched_forward"] = "padded"
+    raw["acceptance"] = {"p-copy": raw["acceptance"]["copy"], "p-chat": raw["acceptance"]["chat"]}
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+def _row(i, prompt, sent, ok=True):
+    return {"arrival_s": 0.0, "sent_s": sent, "id": prompt, "class": "copy", "prompt_tokens": 40,
+            "output_tokens": 30, "ok": ok, "status": "ok" if ok else "error", "ttft_ms": 100.0, "e2el_ms": 2000.0}
+
+
+def test_a_run_is_replayed_on_the_batching_replica_from_its_send_times(tmp_path):
+    profile = _profile(tmp_path)
+    trace = [_row(i, "p-copy" if i % 2 else "p-chat", 0.0) for i in range(4)]
+    trace.append(_row(9, "unknown-prompt", 0.0, ok=False))  # a failed request: not replayed (its class is unknown)
+    run = {"config": "static:ngram:8", "concurrency": 4, "trace": trace, "e2el_s": {"p50": 2.0, "p95": 3.0}}
+    out = predict(run, profile, max_batch=8, prefill_chunk=128)
+    predicted = out["simulated_e2e_s"]
+    assert out["simulator_error"] == pytest.approx({"p50": predicted["p50"] / 2.0 - 1, "p95": predicted["p95"] / 3.0 - 1})
+    rows = [{**r, "class": r["id"]} for r in trace[:4]]
+    serial = simulate_trace(rows, profile, "static:ngram:8", 4)["e2e_s"]
+    assert predicted["p95"] < serial["p95"]  # the four decode together, not one after another
+    # sent one after another (a concurrency-1 client): each waits for none, so the p95 is one request's
+    spaced = [_row(i, r["id"], 10.0 * i) for i, r in enumerate(trace[:4])]
+    alone = predict({**run, "concurrency": 1, "trace": spaced}, profile, max_batch=8, prefill_chunk=128)
+    assert alone["simulated_e2e_s"]["p95"] < predicted["p95"]
