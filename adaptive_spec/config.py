@@ -10,8 +10,9 @@ from adaptive_spec.prompts import UTF8_RULE, text_problem
 
 # Batched engine: prompt tokens a step prefills while other rows decode. On the CPU a forward's
 # cost grows with its tokens, so this bounds the pause a newcomer adds to every row's step; a
-# smaller chunk pauses less but the newcomer waits more steps (benchmarks/prefill_chunk.py).
-PREFILL_CHUNK = 128
+# smaller chunk pauses less but the newcomer waits more steps. Chosen where the pause had shrunk
+# most and the newcomer's first token came no later than without chunks (benchmarks/prefill_chunk.py).
+PREFILL_CHUNK = 256
 
 MIN_SEED, MAX_SEED = -(2**63), 2**64 - 1  # what torch.Generator.manual_seed takes
 MAX_DRAFT_LEN = 64  # verifying more tokens than this in one pass never paid off on any device we measured

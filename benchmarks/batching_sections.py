@@ -43,16 +43,19 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
         return ""
     data = load(results_dir, "serve_batching.json")
     predicted = data.get("profile") is not None
+    at_speed = predicted and all("simulator_error_at_speed" in r for r in data["runs"])
     rows = []
     for level in data["concurrency"]:
         mine = [r for r in data["runs"] if r["concurrency"] == level]
         best_fixed = max((r for r in mine if r["config"] != "adaptive"), key=lambda r: r["output_tokens_per_s"])
         for run in sorted(mine, key=lambda r: data["configs"].index(r["config"])):
-            simulated = run.get("simulator_error")
+            simulated, fast = run.get("simulator_error"), run.get("simulator_error_at_speed")
             rows.append([str(level), f"`{run['config']}`", f"{run['completed']}/{run['requests']}",
                          f"{run['output_tokens_per_s']:.1f}", f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
                          f"{run['speculative_step_share']:.0%}",
                          *([f"{simulated['p50']:+.0%}", f"{simulated['p95']:+.0%}"] if predicted else []),
+                         *([f"{run['plain_step']['mean_s'] * 1e3:.1f} ms", f"{fast['p50']:+.0%}", f"{fast['p95']:+.0%}"]
+                           if at_speed else []),
                          "best fixed" if run is best_fixed else ""])
     what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve --max-batch {data['max_batch']} --drafters ngram`: "
             f"{data['requests']} requests per run from [`{Path(data['prompts']).name}`]({Path(data['prompts']).name}) "
@@ -68,11 +71,18 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
                  f"them, each with its own prompt's acceptance, on [`{Path(data['profile']).name}`]"
                  f"(../{data['profile']}) (calibrated with `--batch-sizes` right before the runs): its p50 and p95 "
                  "end-to-end latency against the measured ones.")
+    if at_speed:
+        what += (" *Plain step*: the machine's batch-1 speed around the run, from the server's /metrics over a few "
+                 "plain requests sent alone just before and just after it; *at speed*: the same replay with every "
+                 "cost of the profile scaled so that its plain step costs that (the machine's speed drifts between "
+                 "the calibration and a run).")
     header = ["concurrency", "config", "completed", "output tok/s", "E2EL p50 s", "E2EL p95 s", "drafting",
-              *(["simulated p50", "simulated p95"] if predicted else []), ""]
+              *(["simulated p50", "simulated p95"] if predicted else []),
+              *(["plain step", "at speed p50", "at speed p95"] if at_speed else []), ""]
     command = (f".venv/bin/python -m benchmarks.serve_batching --concurrency {','.join(map(str, data['concurrency']))} "
                f"--requests {data['requests']} --max-tokens {data['max_tokens']} --out benchmarks/results/serve_batching.json "
                "--plot benchmarks/results/serve_batching.png"
+               + (f" --prefill-chunk {data['prefill_chunk']}" if "prefill_chunk" in data else "")
                + (f" --profile {data['profile']} --calibrate" if predicted else ""))
     plot = "![throughput, latency and drafting by concurrency](results/serve_batching.png)"
     return "\n\n".join(["## Batched serving by concurrency", what, table(header, rows), plot,

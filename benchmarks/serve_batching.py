@@ -27,7 +27,7 @@ from pathlib import Path
 
 from adaptive_spec.outputs import check_writable, write_json_atomic
 from adaptive_spec.config import PREFILL_CHUNK
-from benchmarks.serve_shift import CONFIGS, TRACE_FIELDS, free_port, start_server
+from benchmarks.serve_shift import CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, scrape_plain_steps, start_server
 from benchmarks.sim_validation import simulate_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,12 +60,29 @@ def summarize(report: dict, config: str, concurrency: int) -> dict:
 def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int) -> dict:
     """The batching replica's p50/p95 end-to-end latency for the run's completed requests (each
     request's prompt its class, arriving when the run sent it: the client's concurrency limit held
-    it back until then, and its latency counts from there), and its error against the run."""
+    it back until then, and its latency counts from there), and its error against the run; where
+    the run measured the machine's speed (``plain_step``), also with the profile scaled to it
+    (``*_at_speed``: the machine's speed drifts between the calibration and the run)."""
     rows = [{**r, "class": r["id"], "arrival_s": r["sent_s"]} for r in run["trace"] if r["ok"]]
     replica = {"mode": "batching", "max_batch": max_batch, "prefill_chunk": prefill_chunk}
-    predicted = simulate_trace(rows, profile, CONFIGS[run["config"]][1], run["concurrency"], replica)["e2e_s"]
-    return {"simulated_e2e_s": predicted,
-            "simulator_error": {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}}
+    profiles, out = {"": profile}, {}
+    if run.get("plain_step"):
+        context = sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in rows) / len(rows)
+        profiles["_at_speed"], out["speed_factor"] = at_speed(profile, run["plain_step"]["mean_s"], context)
+    for suffix, chosen in profiles.items():
+        predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], replica)["e2e_s"]
+        out["simulated_e2e_s" + suffix] = predicted
+        out["simulator_error" + suffix] = {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}
+    return out
+
+
+def probe_speed(url: str, prompts: Path) -> tuple[float, float]:
+    """Seconds and count of the plain steps of a few plain requests sent one at a time (``probe``):
+    the machine's batch-1 speed now, read from the server's /metrics."""
+    before = scrape_plain_steps(url)
+    probe(url, prompts, "chat")
+    after = scrape_plain_steps(url)
+    return after[0] - before[0], after[1] - before[1]
 
 
 def calibrate(args: argparse.Namespace) -> None:
@@ -82,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=Path, default=Path("benchmarks/shift.jsonl"))
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK, help="the server's --prefill-chunk")
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
@@ -93,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
                              "run with the simulator's batching replica")
     parser.add_argument("--calibrate", action="store_true", help="write --profile first (calibrate on --prompts)")
     args = parser.parse_args(argv)
-    for name in ("max_batch", "requests", "max_tokens"):
+    for name in ("max_batch", "prefill_chunk", "requests", "max_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"{name}={getattr(args, name)}: must be >= 1")
     try:
@@ -116,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.calibrate:
         calibrate(args)
     port = free_port()
-    server = start_server(port, ["--max-batch", str(args.max_batch), "--drafters", "ngram"])
+    server = start_server(port, ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk),
+                                 "--drafters", "ngram"])
     runs = []
     try:
         url = f"http://127.0.0.1:{port}"
@@ -128,24 +147,29 @@ def main(argv: list[str] | None = None) -> None:
                 shift = level_index % len(configs)
                 for config in configs[shift:] + configs[:shift]:
                     print(f"concurrency {concurrency} · {config} ...", flush=True)
+                    speed = probe_speed(url, args.prompts) if args.profile is not None else None
                     report = loadgen(url, args, config, concurrency, Path(tmp) / "run.json")
                     runs.append(summarize(report, config, concurrency))
+                    if speed is not None:  # probes open and close the run: its speed is their mean
+                        after = probe_speed(url, args.prompts)
+                        runs[-1]["plain_step"] = {"mean_s": (speed[0] + after[0]) / (speed[1] + after[1]),
+                                                  "count": speed[1] + after[1]}
     finally:
         server.terminate()
         server.wait(timeout=60)
     for run in runs:
         if args.profile is not None:
-            run.update(predict(run, str(args.profile), args.max_batch, PREFILL_CHUNK))
-        error = run.get("simulator_error")
+            run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk))
+        error = run.get("simulator_error_at_speed", run.get("simulator_error"))
         print(f"{run['config']:>15} c={run['concurrency']}: {run['output_tokens_per_s']:6.1f} tok/s  E2EL p50 "
               f"{run['e2el_s']['p50']:.2f} s p95 {run['e2el_s']['p95']:.2f} s  drafting {run['speculative_step_share']:.0%}"
               f"  completed {run['completed']}/{run['requests']}"
-              + (f"  simulated p50 {error['p50']:+.1%} p95 {error['p95']:+.1%}" if error else ""))
+              + (f"  simulated (at speed) p50 {error['p50']:+.1%} p95 {error['p95']:+.1%}" if error else ""))
     write_json_atomic(args.out, {
         "benchmark": "serve_batching", "prompts": str(args.prompts), "max_batch": args.max_batch,
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "concurrency": levels,
         "configs": configs, "endpoint": "chat", "profile": str(args.profile) if args.profile else None,
-        "prefill_chunk": PREFILL_CHUNK,
+        "prefill_chunk": args.prefill_chunk,
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},
         "runs": runs}, "out")

@@ -12,7 +12,6 @@ traffic generation, the simulation and the summary (percentiles, time series).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time

@@ -5,7 +5,7 @@ one row's long draft makes every other row's step dearer, and a draft that pays 
 in a full batch. The batched engine therefore caps the drafts of the rows its learning
 controllers serve at a common length, ``cap`` (0: they decode plainly this step), and this
 controller picks the cap that maximises the batch's goodput, from two things it measures on the
-engine's own steps (no hand-set table):
+engine's own steps (no hand-set table; ``warm`` starts the cost fit from a calibrated profile):
 
 - the step's cost as a function of the batch's shape, ``seconds = a + b * rows + c * rows * width
   + d * rows * [width > 1]``, fitted by decayed least squares over every step (any batch size, any
@@ -130,6 +130,18 @@ class BatchDraftCap:
         if cap is not None and capped_rows > 0:
             self._tokens.setdefault(cap, _Mean()).add(capped_tokens / capped_rows, self.decay)
             self._width.setdefault(cap, _Mean()).add(width, self.decay)
+
+    def warm(self, samples) -> int:
+        """Start the cost fit from timed steps, ``(rows, width, seconds)`` each (a profile's verify
+        samples from ``calibrate --batch-sizes``), as if they were the first steps observed: live
+        steps outweigh them as they decay. Gains per cap are traffic's, never carried over. Returns
+        how many samples were taken."""
+        taken = 0
+        for rows, width, seconds in samples:
+            if seconds > 0 and rows >= 1 and width >= 1:
+                self.observe(rows, width, seconds)
+                taken += 1
+        return taken
 
     def measured(self) -> dict[int, dict[str, float]]:
         """Per tried cap: tokens per capped row-step and the batch width it led to."""

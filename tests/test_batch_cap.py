@@ -34,6 +34,19 @@ def test_the_step_cost_is_learned_as_a_function_of_the_batch_shape():
         assert cap.cost(rows, width) == pytest.approx(cpu_like_cost(rows, width), rel=1e-3)
 
 
+def test_a_calibrated_profile_prices_steps_before_the_first_and_live_steps_take_over():
+    timed = [(rows, width, cpu_like_cost(rows, width)) for rows in (1, 2, 4, 8) for width in (1, 2, 3, 5, 9)]
+    cap = BatchDraftCap()
+    assert cap.cost(6, 3) is None  # cold: nothing to price a step with
+    assert cap.warm(timed + [(4, 3, 0.0)]) == len(timed)  # a sample without a time is left out
+    assert cap.cost(6, 3) == pytest.approx(cpu_like_cost(6, 3), rel=1e-3)
+    assert cap.measured() == {}  # what drafts gain is the traffic's: never carried over
+    for _ in range(400):  # the machine is half as fast as at calibration: the live steps win
+        for rows, width in ((2, 1), (5, 3), (8, 9), (3, 5)):
+            cap.observe(rows, width, 2 * cpu_like_cost(rows, width))
+    assert cap.cost(6, 3) == pytest.approx(2 * cpu_like_cost(6, 3), rel=0.02)
+
+
 def test_drafts_that_pay_in_a_small_batch_are_cut_in_a_full_one():
     # each capped row emits 1 token plainly, more with longer drafts (diminishing), and widens the batch
     gains, widths = {0: 1.0, 2: 2.0, 4: 2.5, 8: 3.0, 16: 3.5}, {0: 1, 2: 3, 4: 5, 8: 9, 16: 17}

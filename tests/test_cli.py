@@ -44,6 +44,9 @@ def test_every_command_is_mounted():
     (["serve", "--max-batch", "4", "--drafters", "ngram,int8"], "drafters"),  # batched rows draft by lookup only
     (["serve", "--max-batch", "4", "--prefill-chunk", "0"], "prefill_chunk"),
     (["serve", "--prefill-chunk", "64"], "prefill_chunk"),  # batch 1: no rows decode while a prompt prefills
+    (["serve", "--profile", "simulator/profiles/smollm2_cpu_batched.json"], "profile"),  # batch 1: no batch cap
+    (["serve", "--max-batch", "4", "--profile", "nope.json"], "profile"),
+    (["serve", "--max-batch", "4", "--profile", "simulator/profiles/smollm2_cpu.json"], "profile"),  # batch-1 steps only
     (["serve", "--drafters", "ngram,suffix", "--suffix-max-tokens", "0"], "suffix_max_tokens"),
     (["serve", "--drafters", "ngram", "--suffix-persist"], "suffix_persist"),  # would do nothing without suffix
     (["serve", "--suffix-shared"], "suffix_shared"),

@@ -37,6 +37,7 @@ class Settings:
     max_queue: int = 64  # jobs waiting for the engine; one more is a 429
     max_batch: int = 1  # jobs decoding together (continuous batching above 1)
     prefill_chunk: int = PREFILL_CHUNK  # batched: prompt tokens a step prefills while other jobs decode
+    step_costs: tuple = ()  # batched: (rows, width, seconds) of timed steps that warm the batch's draft cap
     max_body_bytes: int = 1 << 20
     chat_max_tokens: int = 512  # a chat request without max_tokens: this, or what the context leaves
     grace_s: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
@@ -74,7 +75,7 @@ class Service:
             from adaptive_spec.server.batched_worker import BatchedWorker
 
             self.worker = BatchedWorker(decoder, self.settings.max_queue, self.settings.max_batch,
-                                        prefill_chunk=self.settings.prefill_chunk)
+                                        prefill_chunk=self.settings.prefill_chunk, step_costs=self.settings.step_costs)
         else:
             self.worker = EngineWorker(decoder, self.settings.max_queue)
 

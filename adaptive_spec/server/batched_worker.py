@@ -27,8 +27,10 @@ log = logging.getLogger("adaptive_spec.server")
 
 class BatchedWorker(EngineWorker):
     def __init__(self, decoder, max_queue: int, max_batch: int, retry_after_s: int = 1,
-                 prefill_chunk: int | None = PREFILL_CHUNK) -> None:
-        self.engine = BatchedDecoder(decoder, max_batch=max_batch, draft_cap=BatchDraftCap(),  # before the thread starts
+                 prefill_chunk: int | None = PREFILL_CHUNK, step_costs: tuple = ()) -> None:
+        cap = BatchDraftCap()
+        cap.warm(step_costs)  # (rows, width, seconds) from a calibrated profile: costs known from the first step
+        self.engine = BatchedDecoder(decoder, max_batch=max_batch, draft_cap=cap,  # before the thread starts
                                      prefill_chunk=prefill_chunk)
         self._jobs: dict[int, tuple[Job, TextPieces | None]] = {}  # engine request id -> job
         super().__init__(decoder, max_queue, retry_after_s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -25,6 +26,8 @@ def serve(
                                   "then be lookups: ngram, the default)."),
     prefill_chunk: int = typer.Option(PREFILL_CHUNK, help="With --max-batch above 1: prompt tokens prefilled per step while "
                                       "other requests decode (a long prompt joins over several steps)."),
+    profile: Optional[Path] = typer.Option(None, help="With --max-batch above 1: a profile from `adaptive-spec calibrate "
+                                           "--batch-sizes ...` whose timed steps start the batch's cost model."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
     suffix_max_tokens: int = typer.Option(100_000, help="With the suffix drafter: tokens of past outputs kept per "
                                           "traffic key (oldest dropped first)."),
@@ -53,6 +56,7 @@ def serve(
     _check_positive_int("prefill_chunk", prefill_chunk)
     if max_batch == 1 and prefill_chunk != PREFILL_CHUNK:  # one request at a time: nothing decodes while it prefills
         raise InvalidParameterError("prefill_chunk", prefill_chunk, "applies with --max-batch above 1 only")
+    step_costs = _step_costs(profile, max_batch)
     _check_positive_int("max_body_bytes", max_body_bytes)
     if not grace_s >= 0:
         raise InvalidParameterError("grace_s", grace_s, "must be >= 0")
@@ -99,8 +103,26 @@ def serve(
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(api_key=api_key, max_queue=max_queue, max_batch=max_batch, max_body_bytes=max_body_bytes,
-                        grace_s=grace_s, prefill_chunk=prefill_chunk)
+                        grace_s=grace_s, prefill_chunk=prefill_chunk, step_costs=step_costs)
     run(create_app(load, model, settings, on_shutdown=save_history), host, port)
+
+
+def _step_costs(profile: Path | None, max_batch: int) -> tuple:
+    """(rows, width, seconds) of the profile's timed steps, batched ones among them, for the batch's cap."""
+    if profile is None:
+        return ()
+    if max_batch == 1:
+        raise InvalidParameterError("profile", str(profile), "warms the batch's cost model: it needs --max-batch above 1")
+    from simulator.profile import load_profile
+
+    try:
+        samples = load_profile(profile).verify
+    except (OSError, ValueError) as exc:
+        raise InvalidParameterError("profile", str(profile), f"cannot be read as a profile: {exc}") from None
+    if not any(s.batch > 1 for s in samples):
+        raise InvalidParameterError("profile", str(profile), "has no batched steps; write one with "
+                                    "`adaptive-spec calibrate --batch-sizes 2,4,8`")
+    return tuple((s.batch, s.tokens, s.seconds) for s in samples)
 
 
 def _suffix_history(max_tokens: int, shared: bool):
