@@ -53,7 +53,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
             rows.append([str(level), f"`{run['config']}`", f"{run['completed']}/{run['requests']}",
                          f"{run['output_tokens_per_s']:.1f}", f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
                          f"{run['speculative_step_share']:.0%}",
-                         *([f"{simulated['p50']:+.0%}", f"{simulated['p95']:+.0%}"] if predicted else []),
+                         *(_errors(simulated) if predicted else []),
                          *([f"{run['plain_step']['mean_s'] * 1e3:.1f} ms", f"{fast['p50']:+.0%}", f"{fast['p95']:+.0%}"]
                            if at_speed else []),
                          "best fixed" if run is best_fixed else ""])
@@ -87,6 +87,11 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
     plot = "![throughput, latency and drafting by concurrency](results/serve_batching.png)"
     return "\n\n".join(["## Batched serving by concurrency", what, table(header, rows), plot,
                         provenance(results_dir, ["serve_batching.json"], dates, command, machine_line(data))])
+
+
+def _errors(error: dict | None) -> list[str]:
+    """A run's simulated p50 and p95 error cells ("not replayed" where the simulator could not)."""
+    return [f"{error['p50']:+.0%}", f"{error['p95']:+.0%}"] if error else ["not replayed", ""]
 
 
 def prefill_chunk_section(results_dir: Path, dates: dict | None) -> str:

@@ -64,6 +64,8 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int) -> dict
     the run measured the machine's speed (``plain_step``), also with the profile scaled to it
     (``*_at_speed``: the machine's speed drifts between the calibration and the run)."""
     rows = [{**r, "class": r["id"], "arrival_s": r["sent_s"]} for r in run["trace"] if r["ok"]]
+    if not rows:
+        raise ValueError("no request of the run completed: nothing to replay")
     replica = {"mode": "batching", "max_batch": max_batch, "prefill_chunk": prefill_chunk}
     profiles, out = {"": profile}, {}
     if run.get("plain_step"):
@@ -127,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     for path, name in ((args.out, "out"), (args.plot, "plot"), (args.profile if args.calibrate else None, "profile")):
         if path is not None:
             check_writable(path, name)
+    if args.profile is not None and args.max_batch < 2:
+        parser.error(f"max_batch={args.max_batch}: predictions need batched steps in the profile, so --max-batch >= 2")
     if args.calibrate and args.profile is None:
         parser.error("calibrate: needs --profile, the file to write")
     if args.profile is not None and not args.calibrate and not args.profile.exists():
@@ -152,14 +156,18 @@ def main(argv: list[str] | None = None) -> None:
                     runs.append(summarize(report, config, concurrency))
                     if speed is not None:  # probes open and close the run: its speed is their mean
                         after = probe_speed(url, args.prompts)
-                        runs[-1]["plain_step"] = {"mean_s": (speed[0] + after[0]) / (speed[1] + after[1]),
-                                                  "count": speed[1] + after[1]}
+                        if speed[1] + after[1] > 0:
+                            runs[-1]["plain_step"] = {"mean_s": (speed[0] + after[0]) / (speed[1] + after[1]),
+                                                      "count": speed[1] + after[1]}
     finally:
         server.terminate()
         server.wait(timeout=60)
     for run in runs:
         if args.profile is not None:
-            run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk))
+            try:  # a run the simulator cannot replay keeps its measurements, and says why
+                run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk))
+            except (ValueError, ZeroDivisionError) as exc:
+                run["prediction_error"] = str(exc)
         error = run.get("simulator_error_at_speed", run.get("simulator_error"))
         print(f"{run['config']:>15} c={run['concurrency']}: {run['output_tokens_per_s']:6.1f} tok/s  E2EL p50 "
               f"{run['e2el_s']['p50']:.2f} s p95 {run['e2el_s']['p95']:.2f} s  drafting {run['speculative_step_share']:.0%}"

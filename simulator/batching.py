@@ -55,6 +55,8 @@ class BatchingReplica(Replica):
     def __init__(self, *args, max_batch: int = 8, draft_cap: bool = False, prefill_chunk: int | None = None,
                  **kwargs) -> None:
         self.max_batch = max_batch  # slots: bounded in practice by KV-cache memory
+        if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
+            raise ValueError(f"prefill_chunk must be an integer >= 1 or None, got {prefill_chunk!r}")
         self.prefill_chunk = prefill_chunk  # prompt tokens an iteration prefills while sequences run (None: all)
         self.joining: list | None = None  # [request, prompt tokens prefilled] while its chunks go in
         self.last_draft_s = self.last_verify_s = 0.0  # the current iteration's, shared by its sequences
@@ -85,8 +87,9 @@ class BatchingReplica(Replica):
             if not running and not self.queue and self.joining is None:
                 yield from self.wait_for_work()
             admitted, prefill_s = self.admit(len(running))  # 1
-            if prefill_s:
+            if prefill_s > 0:
                 yield env.timeout(prefill_s)
+            if admitted:
                 for request in admitted:
                     self.first_token(request)
                     if request.generated >= request.output_tokens:
@@ -177,7 +180,8 @@ class BatchingReplica(Replica):
 def chunk_prefill_s(cost, done: int, tokens: int) -> float:
     """One forward prefilling ``tokens`` more of a prompt whose first ``done`` are in: the prefill
     fit's per-forward part, plus its growth from ``done`` to ``done + tokens`` tokens (attention
-    over the earlier chunks included). With ``done`` 0 it is ``prefill_s(tokens)``."""
+    over the earlier chunks included). With ``done`` 0 it is ``prefill_s(tokens)``. A cost model that
+    draws its times at random (a queueing test's) can make the difference negative: never below 0."""
     if done == 0:
         return cost.prefill_s(tokens)
-    return cost.prefill_s(done + tokens) - cost.prefill_s(done) + cost.prefill_s(0)
+    return max(0.0, cost.prefill_s(done + tokens) - cost.prefill_s(done) + cost.prefill_s(0))

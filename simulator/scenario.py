@@ -292,6 +292,8 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         None if rep.get("prefill_chunk") is None else
         int(_num(rep["prefill_chunk"], "replicas.prefill_chunk", integer=True)),
     )
+    if replicas.prefill_chunk is not None and replicas.mode != "batching":  # would do nothing, silently
+        raise ValueError(f"replicas.prefill_chunk applies to mode batching only, got mode {replicas.mode!r}")
     slo_raw = _mapping(raw.get("slo") or {}, "slo")
     _only(slo_raw, SLO.__dataclass_fields__, "slo")
     slo = SLO(**{k: (float(_num(v, f"slo.{k}")) if v is not None else None) for k, v in slo_raw.items()})

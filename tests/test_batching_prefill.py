@@ -103,6 +103,7 @@ def test_a_request_cancelled_or_failed_mid_prefill_ends_and_the_batch_goes_on(de
     engine.step()
     assert engine.prefilling is not None and engine.prefilling.id == gone and engine.pending == 2
     assert engine.cancel(gone) and engine.prefilling is None and not engine.cancel(gone)
+    assert len(engine._busy) == 1  # the cancelled request gave its controller back; the decoding row holds its own
     results = engine.run()
     assert gone not in results
     assert results[kept].token_ids == decoder.generate(COPY, policy=policy("adaptive"), max_new_tokens=30).token_ids
@@ -127,3 +128,20 @@ def test_nothing_decoding_means_the_whole_prompt_goes_in_at_once(decoder):
 def test_a_bad_prefill_chunk_is_refused_by_name(decoder, bad):
     with pytest.raises(InvalidParameterError, match="prefill_chunk"):
         BatchedDecoder(decoder, prefill_chunk=bad)
+
+
+def test_a_request_that_fails_after_its_prompt_is_in_is_ended_by_the_recovery_not_lost(decoder):
+    engine = BatchedDecoder(decoder, max_batch=4, prefill_chunk=CHUNK)
+    running = engine.submit(COPY, policy=policy("adaptive"), max_new_tokens=30)
+    engine.step()
+
+    def broken(tokens):
+        raise RuntimeError("the client's stream broke")
+
+    failing = engine.submit(LONG[:20], policy=policy("adaptive"), max_new_tokens=30, on_tokens=broken)
+    waiting = engine.submit(COPY, policy=policy("plain"), max_new_tokens=30)
+    with pytest.raises(RuntimeError):
+        for _ in range(5):
+            engine.step()
+    assert sorted(engine.fail_all(RuntimeError("the client's stream broke"))) == sorted([running, failing, waiting])
+    assert engine.pending == 0 and engine.slots.rows == 0 and not engine._busy

@@ -112,6 +112,32 @@ def test_a_bad_prefill_chunk_is_refused_by_field():
     import pytest
 
     assert scenario_from_dict(scenario_dict(replicas={"mode": "batching", "prefill_chunk": 64})).replicas.prefill_chunk == 64
+    with pytest.raises(ValueError, match="replicas.prefill_chunk applies to mode batching"):
+        scenario_from_dict(scenario_dict(replicas={"mode": "serial", "prefill_chunk": 64}))
     for bad in (0, -5, 2.5, "128", True):
         with pytest.raises(ValueError, match="replicas.prefill_chunk"):
             scenario_from_dict(scenario_dict(replicas={"mode": "batching", "prefill_chunk": bad}))
+
+
+def test_requests_whose_prefill_costs_nothing_still_join():
+    """A cost model may price a prefill at 0 s: the admitted requests decode all the same."""
+    from simulator_testkit import FixedCost
+
+    class FreePrefill(FixedCost):
+        def prefill_s(self, prompt_tokens):
+            return 0.0
+
+    class Ends(_Steps):
+        ended = arrived = 0
+
+        def on_request_arrival(self, request, now):
+            self.arrived += 1
+
+        def on_request_completion(self, request, now):
+            self.ended += 1
+
+    env, ends = simpy.Environment(), Ends()
+    sim = build_simulation(env, _scenario("static:ngram:4", 4, rate=20.0), cost=FreePrefill(), extra_hooks=[ends])
+    env.run()
+    assert ends.arrived > 5 and ends.ended == ends.arrived  # every request decoded to its end
+    assert sim.replicas[0].in_service == 0 and not sim.replicas[0].queue

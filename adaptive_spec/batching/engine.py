@@ -16,7 +16,7 @@ and each cap's measured gain (``policies.batch_cap``). Concurrent
 requests of one traffic key get controllers of their own (``_pooled``).
 
 What it does not do yet: drafters with a model of their own (their caches are per request; only
-lookups such as ``ngram`` are batched), and a cap warm-started from ``calibrate``.
+lookups such as ``ngram`` are batched).
 """
 
 from __future__ import annotations
@@ -162,7 +162,8 @@ class BatchedDecoder:
         """End every request (an error no row can survive, e.g. the forward itself failed); their ids."""
         started = self.active + ([self.prefilling] if self.prefilling is not None else [])
         ids = [row.id for row in started] + [row.id for row in self.waiting]
-        for row in started:
+        # a waiting row whose start observers heard (its prefill failed) is ended as well
+        for row in started + [row for row in self.waiting if row.info is not None]:
             self._release(row)
             if row.info is not None:
                 self.decoder.observers.notify("on_request_end", row.info, None, exc)
@@ -197,27 +198,30 @@ class BatchedDecoder:
         skipped: deque[_Row] = deque()
         budget = self.prefill_chunk if self.active else None
         while budget is None or budget > 0:
-            row = self.prefilling
-            if row is None:
-                row = self._next_admissible(skipped)
-                if row is None:
-                    break
-                self._start(row)
+            row, joined = self.prefilling, False
             try:
+                if row is None:
+                    row = self._next_admissible(skipped)
+                    if row is None:
+                        break
+                    self._start(row)
                 fed = row.prefill.remaining if budget is None else min(budget, row.prefill.remaining)
                 logits = self.slots.feed(row.prefill, fed)
-            except BaseException:  # back in the queue, so the caller's recovery (fail_all) ends it too
+                budget = None if budget is None else budget - fed
+                if logits is None:  # more of its prompt next step
+                    self.prefilling = row
+                    break
+                self.prefilling, joined = None, True
+                self._first_token(row, logits)
+            except BaseException:  # where the caller's recovery (fail_all) finds it, and ends it
                 self.prefilling = None
-                self._release(row)
-                self.waiting.appendleft(row)
                 self.waiting.extendleft(reversed(skipped))
+                if joined:  # its row is in the cache: it stays beside it until fail_all
+                    self.active.append(row)
+                elif row is not None:
+                    self._release(row)
+                    self.waiting.appendleft(row)
                 raise
-            budget = None if budget is None else budget - fed
-            if logits is None:  # more of its prompt next step
-                self.prefilling = row
-                break
-            self.prefilling = None
-            self._first_token(row, logits)
             if row.stop_reason is not None:
                 self.slots.remove([self.slots.rows - 1])
                 self._finish_request(row)

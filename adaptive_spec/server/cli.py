@@ -24,8 +24,9 @@ def serve(
     max_queue: int = typer.Option(64, help="Requests waiting for the engine at most; beyond it, 429."),
     max_batch: int = typer.Option(1, help="Requests decoded together (continuous batching above 1; drafters must "
                                   "then be lookups: ngram, the default)."),
-    prefill_chunk: int = typer.Option(PREFILL_CHUNK, help="With --max-batch above 1: prompt tokens prefilled per step while "
-                                      "other requests decode (a long prompt joins over several steps)."),
+    prefill_chunk: Optional[int] = typer.Option(None, help="With --max-batch above 1: prompt tokens prefilled per step "
+                                                f"while other requests decode (default {PREFILL_CHUNK}; a long prompt "
+                                                "joins over several steps)."),
     profile: Optional[Path] = typer.Option(None, help="With --max-batch above 1: a profile from `adaptive-spec calibrate "
                                            "--batch-sizes ...` whose timed steps start the batch's cost model."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
@@ -53,9 +54,11 @@ def serve(
         raise InvalidParameterError("port", port, "must be in [0, 65535]")
     _check_positive_int("max_queue", max_queue)
     _check_positive_int("max_batch", max_batch)
-    _check_positive_int("prefill_chunk", prefill_chunk)
-    if max_batch == 1 and prefill_chunk != PREFILL_CHUNK:  # one request at a time: nothing decodes while it prefills
-        raise InvalidParameterError("prefill_chunk", prefill_chunk, "applies with --max-batch above 1 only")
+    if prefill_chunk is not None:
+        _check_positive_int("prefill_chunk", prefill_chunk)
+        if max_batch == 1:  # one request at a time: nothing decodes while it prefills
+            raise InvalidParameterError("prefill_chunk", prefill_chunk, "applies with --max-batch above 1 only")
+    prefill_chunk = PREFILL_CHUNK if prefill_chunk is None else prefill_chunk
     step_costs = _step_costs(profile, max_batch)
     _check_positive_int("max_body_bytes", max_body_bytes)
     if not grace_s >= 0:
