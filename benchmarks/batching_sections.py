@@ -106,8 +106,8 @@ def prefill_chunk_section(results_dir: Path, dates: dict | None) -> str:
             f"another) arrives while {data['rows']} short requests decode together in `BatchedDecoder` (plain "
             f"decoding, {data['max_tokens']} new tokens each). *prefill_chunk*: prompt tokens a step may prefill "
             "while rows decode (`none`: the whole prompt in one step). *Longest step*: the worst gap the decoding "
-            "rows saw between two tokens while the prompt joined; *newcomer TTFT*: from its arrival to its first "
-            f"token. Median of {data['rounds']} rounds with the settings' order rotated, 95% bootstrap interval "
+            "rows saw between two tokens while the prompt joined; *newcomer TTFT*: from its arrival to the end "
+            f"of the step that gave its first token (that step's decode forward included, alike for every setting). Median of {data['rounds']} rounds with the settings' order rotated, 95% bootstrap interval "
             "over rounds; *same tokens*: every request's tokens equal the same request served alone.")
     header = ["prefill_chunk", "steps to join", "longest step s [95% CI]", "median step s", "newcomer TTFT s [95% CI]",
               "same tokens"]

@@ -5,7 +5,8 @@ row); a few steps in, a long prompt arrives. Without chunks its whole prefill ru
 and every decoding row waits for it; with ``prefill_chunk`` N a step prefills at most N of its
 tokens, so the rows wait less a step but the newcomer waits more steps for its first token. Per
 setting: the longest step the decoding rows saw while the prompt joined (their worst inter-token
-gap), the median such step, and the newcomer's time to first token. Rounds interleave the
+gap), the median such step, and the newcomer's time to first token (to the end of the step that
+gave it, whose decode forward over every row is included alike for every setting). Rounds interleave the
 settings, their order rotating; every request's tokens are checked against the same request
 served alone (greedy).
 

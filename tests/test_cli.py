@@ -47,6 +47,9 @@ def test_every_command_is_mounted():
     (["serve", "--profile", "simulator/profiles/smollm2_cpu_batched.json"], "profile"),  # batch 1: no batch cap
     (["serve", "--max-batch", "4", "--profile", "nope.json"], "profile"),
     (["serve", "--max-batch", "4", "--profile", "simulator/profiles/smollm2_cpu.json"], "profile"),  # batch-1 steps only
+    (["serve", "--max-batch", "4", "--model", "gemma3", "--profile", "simulator/profiles/smollm2_cpu_batched.json"],
+     "profile"),  # another model's costs
+    (["serve", "--max-batch", "4", "--profile", "simulator/profiles/example_gpu_synthetic.json"], "profile"),  # not measured
     (["serve", "--drafters", "ngram,suffix", "--suffix-max-tokens", "0"], "suffix_max_tokens"),
     (["serve", "--drafters", "ngram", "--suffix-persist"], "suffix_persist"),  # would do nothing without suffix
     (["serve", "--suffix-shared"], "suffix_shared"),

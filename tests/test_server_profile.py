@@ -12,7 +12,7 @@ PROFILE = Path("simulator/profiles/smollm2_cpu_batched.json")
 
 
 def test_the_profiles_timed_steps_warm_the_batch_cap_of_the_served_engine():
-    costs = _step_costs(PROFILE, 4)
+    costs = _step_costs(PROFILE, 4, "smollm2")
     assert any(rows > 1 for rows, _, _ in costs) and all(seconds > 0 for _, _, seconds in costs)
     with one_thread():
         decoder = tiny_decoder()

@@ -59,7 +59,7 @@ def serve(
         if max_batch == 1:  # one request at a time: nothing decodes while it prefills
             raise InvalidParameterError("prefill_chunk", prefill_chunk, "applies with --max-batch above 1 only")
     prefill_chunk = PREFILL_CHUNK if prefill_chunk is None else prefill_chunk
-    step_costs = _step_costs(profile, max_batch)
+    step_costs = _step_costs(profile, max_batch, model)
     _check_positive_int("max_body_bytes", max_body_bytes)
     if not grace_s >= 0:
         raise InvalidParameterError("grace_s", grace_s, "must be >= 0")
@@ -110,8 +110,9 @@ def serve(
     run(create_app(load, model, settings, on_shutdown=save_history), host, port)
 
 
-def _step_costs(profile: Path | None, max_batch: int) -> tuple:
-    """(rows, width, seconds) of the profile's timed steps, batched ones among them, for the batch's cap."""
+def _step_costs(profile: Path | None, max_batch: int, model: str) -> tuple:
+    """(rows, width, seconds) of the profile's timed steps, batched ones among them, for the batch's cap:
+    a profile measured on ``model`` (another model's costs would mislead the cap until they decay)."""
     if profile is None:
         return ()
     if max_batch == 1:
@@ -119,9 +120,15 @@ def _step_costs(profile: Path | None, max_batch: int) -> tuple:
     from simulator.profile import load_profile
 
     try:
-        samples = load_profile(profile).verify
+        loaded = load_profile(profile)
     except (OSError, ValueError) as exc:
         raise InvalidParameterError("profile", str(profile), f"cannot be read as a profile: {exc}") from None
+    if loaded.metadata.get("illustrative"):
+        raise InvalidParameterError("profile", str(profile), "is illustrative, not measured: calibrate this machine")
+    measured_on = loaded.metadata.get("model")
+    if measured_on is not None and measured_on != model:
+        raise InvalidParameterError("profile", str(profile), f"was measured on {measured_on!r}, not on {model!r}")
+    samples = loaded.verify
     if not any(s.batch > 1 for s in samples):
         raise InvalidParameterError("profile", str(profile), "has no batched steps; write one with "
                                     "`adaptive-spec calibrate --batch-sizes 2,4,8`")
