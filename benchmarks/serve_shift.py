@@ -27,7 +27,11 @@ after (``adaptive_spec_decode_duration`` over ``adaptive_spec_decode_output_toke
 run that never decodes plainly (a fixed draft length) is measured too. Each prediction is then
 made twice: with the profile as calibrated, and with every cost in it scaled by that plain step
 over the profile's (``*_at_speed``): one number for the machine's speed, measured on plain steps
-only, so acceptance, the controller and queueing remain the simulator's to predict.
+only, so acceptance, the controller and queueing remain the simulator's to predict. One number
+misses a machine that slows mid-run, so a third prediction (``*_timeline``) follows the speed
+window by window: the server records every decode step (telemetry ``steps=1``), and each window's
+verifies are compared with what the profile prices the same verifies at
+(``simulator.speed.timeline_from_steps``; the scenario's ``speed``).
 
     python -m benchmarks.serve_shift --phases copy:300,open:150,copy:150 --rate 0.15 --also-rate 0.08 \
         --per-prompt --profile simulator/profiles/smollm2_cpu_serve_chat.json --out benchmarks/results/serve_shift.json
@@ -54,9 +58,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from adaptive_spec.outputs import output_path, write_json_atomic
+from adaptive_spec.telemetry.store import read_steps
 from benchmarks.sim_validation import simulate_trace
 from simulator.cost_model import fit_cost_model
-from simulator.profile import profile_from_dict
+from simulator.profile import load_profile, profile_from_dict
+from simulator.speed import timeline_from_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"adaptive": ({"mode": "auto"}, "adaptive"),
@@ -70,9 +76,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(port: int, extra: list[str] | tuple[str, ...] = ()) -> subprocess.Popen:
+def start_server(port: int, extra: list[str] | tuple[str, ...] = (), telemetry: str = "off") -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "adaptive_spec.cli", "serve", "--port", str(port),
-                             "--telemetry", "off", "--max-queue", "1000", *extra],
+                             "--telemetry", telemetry, "--max-queue", "1000", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -118,6 +124,8 @@ def phase_plan(phases: str, phase_s: float) -> list[tuple[str, float]]:
 
 # plain steps a run's window must hold for its speed to be measured (fewer: no prediction at speed)
 MIN_PLAIN_STEPS = 50
+TIMELINE_WINDOW_S = 30.0  # long enough for tens of steps, short against a phase
+STORE_FLUSH_S = 3.0  # the telemetry writer's batches reach the store within this
 PROBES = 3  # plain requests of open prompts before and after each run (not in its figures)
 PROBE_TOKENS = 48
 
@@ -175,7 +183,8 @@ TRACE_FIELDS = ("arrival_s", "id", "class", "prompt_tokens", "output_tokens", "o
 def predict(run: dict, profile: str, per_prompt: bool = False) -> dict:
     """The simulator's p50/p95 end-to-end latency for the run's completed requests, and its error;
     with ``per_prompt`` also with every request's prompt as its class (``*_per_prompt``); where the
-    run measured its plain steps' cost, also with the profile scaled to it (``*_at_speed``)."""
+    run measured its plain steps' cost, also with the profile scaled to it (``*_at_speed``); where it
+    recorded its speed window by window, also at that speed over time (``*_timeline``)."""
     rows = [r for r in run["trace"] if r["ok"]]
     profiles = {"": profile}
     plain = run.get("plain_steps")
@@ -183,18 +192,29 @@ def predict(run: dict, profile: str, per_prompt: bool = False) -> dict:
     if plain and plain["count"] >= MIN_PLAIN_STEPS:
         context = sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in rows) / len(rows)
         profiles["_at_speed"], out["speed_factor"] = at_speed(profile, plain["mean_s"], context)
+    timeline = run.get("speed_timeline")
     for suffix, by_prompt in (("", False), ("_per_prompt", True)):
         if by_prompt and not per_prompt:
             continue
         if by_prompt and any("id" not in r for r in rows):
             raise ValueError("per_prompt: this run's trace does not record each request's prompt id")
         replay = [{**r, "class": r["id"]} for r in rows] if by_prompt else rows
-        for speed, chosen in profiles.items():
-            predicted = simulate_trace(replay, chosen, CONFIGS[run["config"]][1], run["round"])["e2e_s"]
+        # as calibrated; at the run's mean speed; at its speed window by window (its step records)
+        variants = [(name, chosen, None) for name, chosen in profiles.items()]
+        variants += [("_timeline", profile, timeline)] if timeline else []
+        for speed, chosen, points in variants:
+            predicted = simulate_trace(replay, chosen, CONFIGS[run["config"]][1], run["round"], speed=points)["e2e_s"]
             measured = run["e2el_s"]
             out["simulated_e2e_s" + suffix + speed] = predicted
             out["simulator_error" + suffix + speed] = {q: (predicted[q] - measured[q]) / measured[q] for q in ("p50", "p95")}
     return out
+
+
+def run_timeline(store: Path, origin: float, cost) -> list[tuple[float, float]]:
+    """The run's speed window by window (``simulator.speed.timeline_from_steps``) from the server's
+    step records since ``origin``, once the telemetry writer has flushed them."""
+    time.sleep(STORE_FLUSH_S)
+    return timeline_from_steps(read_steps(store, since=origin), cost, origin, TIMELINE_WINDOW_S)
 
 
 def calibrate(args: argparse.Namespace) -> None:
@@ -280,43 +300,49 @@ def main(argv: list[str] | None = None) -> None:
         calibrate(args)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = start_server(port)
+    tmp_dir = tempfile.TemporaryDirectory()
+    tmp = tmp_dir.name
+    store = Path(tmp) / "steps.sqlite"  # every decode step, for the run's speed window by window
+    server = start_server(port, telemetry=f"sqlite:{store}?steps=1")
+    cost = fit_cost_model(load_profile(args.profile))
     runs = []
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            for r in range(args.rounds):
-                order = configs[r % len(configs):] + configs[:r % len(configs)]
-                plan = [(c, args.rate) for c in order] + ([("adaptive", rate) for rate in args.also_rate] if r == 0 else [])
-                for config, rate in plan:
-                    print(f"round {r + 1}/{args.rounds}: {config} at {rate:g} req/s", flush=True)
-                    before = scrape_plain_steps(url)
-                    probe(url, args.prompts, args.endpoint)
-                    report = loadgen(url, args, config, rate, r, Path(tmp) / f"{config}-{rate}-{r}.json")
-                    probe(url, args.prompts, args.endpoint)
-                    after = scrape_plain_steps(url)
-                    steps = after[1] - before[1]
-                    run = {"round": r, "config": config, "rate": rate, **summarize(report),
-                           "plain_steps": {"count": steps, "mean_s": (after[0] - before[0]) / steps if steps else None}}
-                    run.update(predict(run, args.profile, args.per_prompt))
-                    runs.append(run)
-                    print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "
-                          f"{run['goodput_rps']} req/s", flush=True)
-                    for suffix in ("", "_per_prompt") if args.per_prompt else ("",):
-                        for speed in ("", "_at_speed"):
-                            if "simulated_e2e_s" + suffix + speed not in run:
-                                continue
-                            sim, err = run["simulated_e2e_s" + suffix + speed], run["simulator_error" + suffix + speed]
-                            print(f"  simulated{(suffix + speed).replace('_', ' ')}: p50 {sim['p50']:.2f} s "
-                                  f"({err['p50']:+.1%}), p95 {sim['p95']:.2f} s ({err['p95']:+.1%})", flush=True)
-                    if run.get("speed_factor"):
-                        print(f"  plain step {run['plain_steps']['mean_s'] * 1e3:.1f} ms over "
-                              f"{run['plain_steps']['count']:.0f} steps: profile x{run['speed_factor']:.3f}", flush=True)
+        for r in range(args.rounds):
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
+            plan = [(c, args.rate) for c in order] + ([("adaptive", rate) for rate in args.also_rate] if r == 0 else [])
+            for config, rate in plan:
+                print(f"round {r + 1}/{args.rounds}: {config} at {rate:g} req/s", flush=True)
+                before = scrape_plain_steps(url)
+                probe(url, args.prompts, args.endpoint)
+                origin = time.time()
+                report = loadgen(url, args, config, rate, r, Path(tmp) / f"{config}-{rate}-{r}.json")
+                probe(url, args.prompts, args.endpoint)
+                after = scrape_plain_steps(url)
+                steps = after[1] - before[1]
+                run = {"round": r, "config": config, "rate": rate, **summarize(report),
+                       "plain_steps": {"count": steps, "mean_s": (after[0] - before[0]) / steps if steps else None},
+                       "speed_timeline": run_timeline(store, origin, cost)}
+                run.update(predict(run, args.profile, args.per_prompt))
+                runs.append(run)
+                print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "
+                      f"{run['goodput_rps']} req/s", flush=True)
+                for suffix in ("", "_per_prompt") if args.per_prompt else ("",):
+                    for speed in ("", "_at_speed", "_timeline"):
+                        if "simulated_e2e_s" + suffix + speed not in run:
+                            continue
+                        sim, err = run["simulated_e2e_s" + suffix + speed], run["simulator_error" + suffix + speed]
+                        print(f"  simulated{(suffix + speed).replace('_', ' ')}: p50 {sim['p50']:.2f} s "
+                              f"({err['p50']:+.1%}), p95 {sim['p95']:.2f} s ({err['p95']:+.1%})", flush=True)
+                if run.get("speed_factor"):
+                    print(f"  plain step {run['plain_steps']['mean_s'] * 1e3:.1f} ms over "
+                          f"{run['plain_steps']['count']:.0f} steps: profile x{run['speed_factor']:.3f}", flush=True)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
             server.wait(timeout=120)
         except subprocess.TimeoutExpired:
             server.kill()
+        tmp_dir.cleanup()
     result = {"prompts": os.path.relpath(args.prompts, ROOT), "phases": args.phases, "phase_s": args.phase_s,
               "rate": args.rate, "max_tokens": args.max_tokens, "endpoint": args.endpoint, "goodput_slos": args.goodput,
               "profile": os.path.relpath(args.profile, ROOT), "calibrated_first": args.calibrate,

@@ -25,6 +25,7 @@ from simulator.metrics import HookList, MetricsCollector, summarize, timeseries
 from simulator.policy_factory import PolicyBuilder, PolicyPool, engine_cost_steps, policy_builder
 from simulator.replica import Replica, SerialReplica
 from simulator.scenario import Scenario
+from simulator.speed import SpeedTimeline, TimedCost
 
 TRAFFIC, ACCEPTANCE, POLICY = 0, 1, 2  # SeedSequence spawn keys of the three streams
 
@@ -73,12 +74,15 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
     seed = scenario.seed if seed is None else seed
     build = policy_builder(policy if policy is not None else scenario.policy, scenario.drafters)
     cost = cost if cost is not None else fit_cost_model(scenario.profile)
+    fitted = isinstance(cost, FittedCostModel)
+    if scenario.speed:
+        cost = TimedCost(cost, SpeedTimeline(scenario.speed), lambda: env.now)
     metrics = MetricsCollector(scenario.metrics.bin_s)
     hooks = HookList([metrics, *extra_hooks]) if extra_hooks else metrics
     requests = scenario.workload.stream(scenario.classes, np.random.default_rng(_stream_seed(seed, TRAFFIC)))
     if on_arrival is not None:
         requests = _tapped(requests, on_arrival)
-    warm_steps = engine_cost_steps(cost, scenario.drafters) if isinstance(cost, FittedCostModel) else ()
+    warm_steps = engine_cost_steps(cost, scenario.drafters) if fitted else ()
     replicas: list[Replica] = []
     for index in range(scenario.replicas.count):
         pool = PolicyPool(build, scenario.policy_scope, _stream_seed(seed, POLICY, index) % 2**31, warm_steps)

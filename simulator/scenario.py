@@ -26,6 +26,8 @@ Top-level fields (``*`` required)::
     slo           {ttft_s, tpot_s, e2e_s, percentile}                 targets left out are not checked
     metrics       {bin_s, warmup_s}
     drain_s       after arrivals stop, stop simulating this much later (null: until all finish)
+    speed         [{at_s, factor}, ...]: every cost x factor from at_s on (the machine's speed
+                  drifting from the profile's; simulator/speed.py)            default: none
     compare       {policies: [spec, ...]}                              for ``simulate compare``
     capacity      {max_replicas}                                       for ``simulate capacity``
 """
@@ -115,6 +117,7 @@ class Scenario:
     drain_s: float | None = None
     compare_policies: tuple[str, ...] = ()
     max_replicas: int = 64  # capacity search gives up above this many replicas
+    speed: tuple[tuple[float, float], ...] = ()  # (at_s, factor): costs x factor from at_s on (simulator/speed.py)
 
     def with_(self, **changes) -> Scenario:
         return replace(self, **changes)
@@ -175,6 +178,18 @@ def _num(value: object, path: str, low: float = 0.0, strict: bool = True, intege
     if value < low or (strict and value == low):
         raise ValueError(f"{path} must be {'>' if strict else '>='} {low:g}, got {value!r}")
     return value
+
+
+def _speed(raw: object) -> tuple[tuple[float, float], ...]:
+    if not isinstance(raw, list):
+        raise ValueError(f"speed must be a list of {{at_s, factor}}, got {raw!r}")
+    points = []
+    for i, point in enumerate(raw):
+        point = _mapping(point, f"speed[{i}]")
+        _only(point, ("at_s", "factor"), f"speed[{i}]")
+        points.append((float(_num(_required(point, "at_s", f"speed[{i}]"), f"speed[{i}].at_s", strict=False)),
+                       float(_num(_required(point, "factor", f"speed[{i}]"), f"speed[{i}].factor"))))
+    return tuple(sorted(points))
 
 
 def _choice(value: object, options: tuple[str, ...], path: str) -> str:
@@ -265,7 +280,7 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
     """Validate a parsed scenario; relative paths resolve against ``base_dir``."""
     raw = _mapping(raw, "scenario")
     _only(raw, ("name", "seed", "profile", "classes", "workload", "replicas", "policy", "policy_scope",
-                "slo", "metrics", "drain_s", "compare", "capacity"), "")
+                "slo", "metrics", "drain_s", "compare", "capacity", "speed"), "")
     base_dir = Path(base_dir)
     profile_raw = _required(raw, "profile", "")
     if isinstance(profile_raw, Profile):
@@ -325,6 +340,7 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         drain_s=float(_num(drain, "drain_s", strict=False)) if drain is not None else None,
         compare_policies=tuple(specs),
         max_replicas=int(_num(cap.get("max_replicas", 64), "capacity.max_replicas", integer=True)),
+        speed=_speed(raw.get("speed") or []),
     )
     from simulator.policy_factory import policy_builder  # validate policy specs now, not mid-run
 

@@ -45,3 +45,18 @@ def test_phases_take_their_own_lengths_or_the_default():
     for bad in ("copy:0", "copy:x", ":10"):
         with pytest.raises(ValueError, match="KIND or KIND:SECONDS"):
             phase_plan(bad, 100)
+
+
+def test_a_run_slowed_mid_way_is_predicted_at_its_speed_window_by_window():
+    from benchmarks.serve_shift import predict
+
+    trace = [{"arrival_s": 20.0 * i, "id": f"p{i}", "class": "open", "prompt_tokens": 60, "output_tokens": 40,
+              "ok": True, "status": "ok", "ttft_ms": 200.0, "e2el_ms": 3000.0} for i in range(10)]
+    run = {"config": "plain", "round": 0, "trace": trace, "e2el_s": {"p50": 3.0, "p95": 4.0},
+           "speed_timeline": [(0.0, 1.0), (100.0, 2.0)]}  # twice as slow from 100 s on
+    out = predict(run, PROFILE)
+    calibrated, timeline = out["simulated_e2e_s"], out["simulated_e2e_s_timeline"]
+    # the five requests after 100 s take twice as long: the p95 doubles, the p50 sits between
+    assert timeline["p95"] == pytest.approx(2 * calibrated["p95"], rel=0.05)
+    assert calibrated["p50"] < timeline["p50"] <= 2 * calibrated["p50"] * 1.05
+    assert out["simulator_error_timeline"]["p95"] == pytest.approx(timeline["p95"] / 4.0 - 1)

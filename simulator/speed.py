@@ -1,0 +1,78 @@
+"""The machine's speed over a run: every cost of the profile scaled by a factor that changes with time.
+
+A profile is timed at one moment; a shared machine then runs faster or slower (on this project's
+2-core VMs a plain step took 62-84 ms within hours, and 69-110 ms within two minutes of one run).
+A speed timeline says how much dearer than at calibration every forward and draft is from each
+moment on: ``[(0, 1.0), (300, 1.4)]`` is the calibrated speed, then 40% slower from 300 s. The
+scenario field ``speed`` takes such points (``[{at_s, factor}]``); a served run's measured
+timeline replays the run as the machine actually ran it, and a planner can ask what a slowdown
+does to latency.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+
+
+class SpeedTimeline:
+    """Step-wise factor over simulated time: the last point at or before ``t`` (1.0 before the first)."""
+
+    def __init__(self, points: Sequence[tuple[float, float]]) -> None:
+        points = sorted((float(t), float(f)) for t, f in points)
+        for t, f in points:
+            if t < 0 or not f > 0:
+                raise ValueError(f"a speed point needs at_s >= 0 and factor > 0, got at_s={t!r}, factor={f!r}")
+        self.times = [t for t, _ in points]
+        self.factors = [f for _, f in points]
+
+    def factor(self, t: float) -> float:
+        i = bisect.bisect_right(self.times, t) - 1
+        return self.factors[i] if i >= 0 else 1.0
+
+
+class TimedCost:
+    """``cost`` (any cost model) with every time scaled by ``timeline`` at ``now()``: a forward or a
+    draft costs what the machine's speed makes it when it starts."""
+
+    def __init__(self, cost, timeline: SpeedTimeline, now: Callable[[], float]) -> None:
+        self.cost, self.timeline, self.now = cost, timeline, now
+        self.padded = getattr(cost, "padded", False)
+
+    def prefill_s(self, prompt_tokens: int) -> float:
+        return self.timeline.factor(self.now()) * self.cost.prefill_s(prompt_tokens)
+
+    def verify_s(self, tokens: int, context_len: int, batch: int = 1, batch_tokens: int | None = None,
+                 batch_context: int | None = None) -> float:
+        return self.timeline.factor(self.now()) * self.cost.verify_s(tokens, context_len, batch, batch_tokens,
+                                                                     batch_context)
+
+    def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float:
+        return self.timeline.factor(self.now()) * self.cost.draft_s(drafter, k, batch, batch_draft_tokens)
+
+
+def timeline_from_steps(steps: Sequence[dict], cost, origin: float, window_s: float = 30.0,
+                        min_steps: int = 10) -> list[tuple[float, float]]:
+    """The speed a served run actually ran at, from its engine's step records (the telemetry store's
+    ``steps`` rows: ``time``, ``proposed``, ``context_len``, ``verify_s``): per window of
+    ``window_s`` seconds from ``origin`` (the run's start, Unix time), the seconds its verifies took
+    over what ``cost`` prices the same verifies at. A window with fewer than ``min_steps`` steps
+    keeps the speed before it. Points ``(at_s, factor)`` for a scenario's ``speed``."""
+    if not window_s > 0:
+        raise ValueError(f"window_s must be > 0, got {window_s!r}")
+    measured: dict[int, float] = {}
+    priced: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    for step in steps:
+        offset = step["time"] - origin
+        if offset < 0:
+            continue
+        window = int(offset // window_s)
+        measured[window] = measured.get(window, 0.0) + step["verify_s"]
+        priced[window] = priced.get(window, 0.0) + cost.verify_s(step["proposed"] + 1, step["context_len"])
+        counts[window] = counts.get(window, 0) + 1
+    points = []
+    for window in sorted(counts):
+        if counts[window] >= min_steps and priced[window] > 0:
+            points.append((window * window_s, measured[window] / priced[window]))
+    return points

@@ -1,0 +1,81 @@
+"""A speed timeline scales every cost from its moment on: the machine running slower (or faster)
+than when the profile was timed, as served runs on a shared machine do."""
+
+import pytest
+import simpy
+
+from simulator import build_simulation, scenario_from_dict
+from simulator.speed import SpeedTimeline
+from simulator_testkit import FixedCost, scenario_dict
+
+
+class Latencies:
+    def __init__(self):
+        self.e2e = {}
+
+    def __getattr__(self, name):  # hooks these tests do not need
+        return lambda *args: None
+
+    def on_request_completion(self, request, now):
+        self.e2e[request.id] = now - request.arrival_s
+
+
+def _latencies(speed, mode="serial"):
+    # one request every 100 s, none waits for another: a request's latency is its own service time
+    rows = [{"arrival_s": 100.0 * i, "class": "copy", "prompt_tokens": 40, "output_tokens": 10} for i in range(4)]
+    raw = scenario_dict(workload={"replay": rows}, policy="none", replicas={"count": 1, "mode": mode}, speed=speed)
+    env, seen = simpy.Environment(), Latencies()
+    build_simulation(env, scenario_from_dict(raw), cost=FixedCost(), extra_hooks=[seen])
+    env.run()
+    return [seen.e2e[i] for i in range(4)]
+
+
+def test_the_factor_is_the_last_point_at_or_before_a_moment():
+    timeline = SpeedTimeline([(300, 1.4), (0, 0.9)])
+    assert [timeline.factor(t) for t in (0, 299.9, 300, 1e6)] == [0.9, 0.9, 1.4, 1.4]
+    assert SpeedTimeline([(10, 2.0)]).factor(5) == 1.0  # before the first point: as calibrated
+    with pytest.raises(ValueError, match="factor > 0"):
+        SpeedTimeline([(0, 0.0)])
+
+
+@pytest.mark.parametrize("mode", ["serial", "batching"])
+def test_costs_follow_the_machines_speed_from_each_moment_on(mode):
+    calibrated = _latencies(None, mode)
+    # FixedCost: prefill 1 s, then 9 plain forwards of 0.5 s
+    assert calibrated == pytest.approx([5.5] * 4)
+    slowed = _latencies([{"at_s": 150, "factor": 2.0}], mode)
+    assert slowed == pytest.approx([5.5, 5.5, 11.0, 11.0])  # the requests after the slowdown take twice as long
+    sped_up = _latencies([{"at_s": 0, "factor": 0.5}], mode)
+    assert sped_up == pytest.approx([2.75] * 4)
+
+
+@pytest.mark.parametrize("speed, field", [
+    ("fast", "speed must be a list"),
+    ([{"at_s": 0}], "speed\\[0\\]"),
+    ([{"at_s": 0, "factor": 0}], "speed\\[0\\].factor must be > 0"),
+    ([{"at_s": -1, "factor": 1.2}], "speed\\[0\\].at_s must be >= 0"),
+    ([{"at_s": 0, "factor": 1.2, "why": "x"}], "speed\\[0\\]"),
+])
+def test_a_bad_timeline_is_refused_by_field(speed, field):
+    with pytest.raises(ValueError, match=field):
+        scenario_from_dict(scenario_dict(speed=speed))
+
+
+def test_a_runs_speed_is_read_from_its_step_records_window_by_window():
+    from simulator.speed import timeline_from_steps
+
+    class Priced:  # a plain step 50 ms, a verify of k drafts 80 ms
+        def verify_s(self, tokens, context_len, *args):
+            return 0.05 if tokens == 1 else 0.08
+
+    origin = 1_000_000.0
+    steps = [{"time": origin + t, "proposed": 0 if t % 2 else 4, "context_len": 100,
+              "verify_s": (0.05 if t % 2 else 0.08) * (1.0 if t < 60 else 1.5)} for t in range(0, 120)]
+    steps += [{"time": origin + 200 + t, "proposed": 0, "context_len": 100, "verify_s": 0.5} for t in range(3)]
+    steps.append({"time": origin - 5, "proposed": 0, "context_len": 100, "verify_s": 9.0})  # before the run
+    points = timeline_from_steps(steps, Priced(), origin, window_s=30.0)
+    # as priced for the first minute, half as slow again after it; the 3-step window is too thin to say
+    assert [t for t, _ in points] == [0.0, 30.0, 60.0, 90.0]
+    assert [f for _, f in points] == pytest.approx([1.0, 1.0, 1.5, 1.5])
+    with pytest.raises(ValueError, match="window_s"):
+        timeline_from_steps(steps, Priced(), origin, window_s=0)
