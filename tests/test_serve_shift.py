@@ -60,3 +60,23 @@ def test_a_run_slowed_mid_way_is_predicted_at_its_speed_window_by_window():
     assert timeline["p95"] == pytest.approx(2 * calibrated["p95"], rel=0.05)
     assert calibrated["p50"] < timeline["p50"] <= 2 * calibrated["p50"] * 1.05
     assert out["simulator_error_timeline"]["p95"] == pytest.approx(timeline["p95"] / 4.0 - 1)
+
+
+def test_a_runs_timeline_is_read_from_the_servers_step_store(tmp_path, monkeypatch):
+    import time
+
+    import benchmarks.serve_shift as serve_shift
+    from adaptive_spec.telemetry.store import connect, write_batch
+
+    monkeypatch.setattr(serve_shift, "STORE_FLUSH_S", 0.0)
+    cost = fit_cost_model(load_profile(PROFILE))
+    plain = cost.verify_s(1, 100)
+    origin = time.time() - 100
+    store = tmp_path / "steps.sqlite"
+    conn = connect(store)
+    write_batch(conn, [("steps", ("run", i, origin + i, "smollm2", "k", "none", 0, 0, 0, 1, 0.0,
+                                  plain * (1.0 if i < 60 else 1.25), 100)) for i in range(90)])
+    conn.close()
+    points = serve_shift.run_timeline(store, origin, cost)
+    assert [t for t, _ in points] == [0.0, 30.0, 60.0]
+    assert [f for _, f in points] == pytest.approx([1.0, 1.0, 1.25])
