@@ -7,7 +7,10 @@ draft cap leaves alone; ``off``: plain), each on a traffic key of its own. Each 
 seeded requests (copy-heavy and open-ended prompts mixed) as fast as ``--max-concurrency`` lets
 it; concurrencies run in the order given, configs rotating within each. Reported per run: output
 tokens/s, end-to-end latency p50/p95, and the share of decode steps that verified a draft (from
-the responses' own statistics).
+the responses' own statistics). With ``--profile``, the simulator's batching replica predicts each
+run three ways: as calibrated, at the speed plain probes measured around the run (``*_at_speed``),
+and at the speed the run's own batched steps ran window by window (``*_timeline``: the server
+records every step in a telemetry store, ``simulator.speed.timeline_from_steps``).
 
     python -m benchmarks.serve_batching --concurrency 1,4,8 --requests 16 \\
         --out benchmarks/results/serve_batching.json --plot benchmarks/results/serve_batching.png
@@ -22,15 +25,20 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 from importlib.metadata import version
 from pathlib import Path
 
 from adaptive_spec.outputs import check_writable, write_json_atomic
 from adaptive_spec.config import PREFILL_CHUNK
-from benchmarks.serve_shift import CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, scrape_plain_steps, start_server
+from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
+                                    start_server)
 from benchmarks.sim_validation import simulate_trace
+from simulator.cost_model import fit_cost_model
+from simulator.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
+TIMELINE_WINDOW_S = 5.0  # a run lasts tens of seconds; a window still holds tens of forwards
 
 
 def loadgen(url: str, args: argparse.Namespace, config: str, concurrency: int, out: Path) -> dict:
@@ -62,7 +70,9 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int) -> dict
     request's prompt its class, arriving when the run sent it: the client's concurrency limit held
     it back until then, and its latency counts from there), and its error against the run; where
     the run measured the machine's speed (``plain_step``), also with the profile scaled to it
-    (``*_at_speed``: the machine's speed drifts between the calibration and the run)."""
+    (``*_at_speed``: the machine's speed drifts between the calibration and the run); where it
+    recorded its speed window by window (``speed_timeline``), also at that speed over time
+    (``*_timeline``)."""
     rows = [{**r, "class": r["id"], "arrival_s": r["sent_s"]} for r in run["trace"] if r["ok"]]
     if not rows:
         raise ValueError("no request of the run completed: nothing to replay")
@@ -71,8 +81,11 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int) -> dict
     if run.get("plain_step"):
         context = sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in rows) / len(rows)
         profiles["_at_speed"], out["speed_factor"] = at_speed(profile, run["plain_step"]["mean_s"], context)
-    for suffix, chosen in profiles.items():
-        predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], replica)["e2e_s"]
+    variants = [(suffix, chosen, None) for suffix, chosen in profiles.items()]
+    variants += [("_timeline", profile, run["speed_timeline"])] if run.get("speed_timeline") else []
+    for suffix, chosen, timeline in variants:
+        predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], replica,
+                                   speed=timeline)["e2e_s"]
         out["simulated_e2e_s" + suffix] = predicted
         out["simulator_error" + suffix] = {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}
     return out
@@ -138,41 +151,48 @@ def main(argv: list[str] | None = None) -> None:
     if args.calibrate:
         calibrate(args)
     port = free_port()
+    tmp_dir = tempfile.TemporaryDirectory()
+    tmp = tmp_dir.name
+    store = Path(tmp) / "steps.sqlite"  # every decode step: each run's speed window by window
     server = start_server(port, ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk),
-                                 "--drafters", "ngram"])
+                                 "--drafters", "ngram"], telemetry=f"sqlite:{store}?steps=1" if args.profile else "off")
+    cost = fit_cost_model(load_profile(args.profile)) if args.profile is not None else None
     runs = []
     try:
         url = f"http://127.0.0.1:{port}"
-        with tempfile.TemporaryDirectory() as tmp:
-            # warm-up, unrecorded: the first forwards of each shape pay for kernel selection
-            loadgen(url, argparse.Namespace(**{**vars(args), "requests": min(args.requests, args.max_batch)}),
-                    "static:ngram:8", args.max_batch, Path(tmp) / "warm.json")
-            for level_index, concurrency in enumerate(levels):
-                shift = level_index % len(configs)
-                for config in configs[shift:] + configs[:shift]:
-                    print(f"concurrency {concurrency} · {config} ...", flush=True)
-                    speed = probe_speed(url, args.prompts) if args.profile is not None else None
-                    report = loadgen(url, args, config, concurrency, Path(tmp) / "run.json")
-                    runs.append(summarize(report, config, concurrency))
-                    if speed is not None:  # probes open and close the run: its speed is their mean
-                        after = probe_speed(url, args.prompts)
-                        if speed[1] + after[1] > 0:
-                            runs[-1]["plain_step"] = {"mean_s": (speed[0] + after[0]) / (speed[1] + after[1]),
-                                                      "count": speed[1] + after[1]}
+        # warm-up, unrecorded: the first forwards of each shape pay for kernel selection
+        loadgen(url, argparse.Namespace(**{**vars(args), "requests": min(args.requests, args.max_batch)}),
+                "static:ngram:8", args.max_batch, Path(tmp) / "warm.json")
+        for level_index, concurrency in enumerate(levels):
+            shift = level_index % len(configs)
+            for config in configs[shift:] + configs[:shift]:
+                print(f"concurrency {concurrency} · {config} ...", flush=True)
+                speed = probe_speed(url, args.prompts) if args.profile is not None else None
+                report = loadgen(url, args, config, concurrency, Path(tmp) / "run.json")
+                end = time.time()
+                runs.append(summarize(report, config, concurrency))
+                if cost is not None:
+                    runs[-1]["speed_timeline"] = run_timeline(store, report["origin_unix"], cost, end, TIMELINE_WINDOW_S)
+                if speed is not None:  # probes open and close the run: its speed is their mean
+                    after = probe_speed(url, args.prompts)
+                    if speed[1] + after[1] > 0:
+                        runs[-1]["plain_step"] = {"mean_s": (speed[0] + after[0]) / (speed[1] + after[1]),
+                                                  "count": speed[1] + after[1]}
     finally:
         server.terminate()
         server.wait(timeout=60)
+        tmp_dir.cleanup()
     for run in runs:
         if args.profile is not None:
             try:  # a run the simulator cannot replay keeps its measurements, and says why
                 run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk))
             except (ValueError, ZeroDivisionError) as exc:
                 run["prediction_error"] = str(exc)
-        error = run.get("simulator_error_at_speed", run.get("simulator_error"))
+        error = run.get("simulator_error_timeline", run.get("simulator_error_at_speed", run.get("simulator_error")))
         print(f"{run['config']:>15} c={run['concurrency']}: {run['output_tokens_per_s']:6.1f} tok/s  E2EL p50 "
               f"{run['e2el_s']['p50']:.2f} s p95 {run['e2el_s']['p95']:.2f} s  drafting {run['speculative_step_share']:.0%}"
               f"  completed {run['completed']}/{run['requests']}"
-              + (f"  simulated (at speed) p50 {error['p50']:+.1%} p95 {error['p95']:+.1%}" if error else ""))
+              + (f"  simulated (timeline, else at speed) p50 {error['p50']:+.1%} p95 {error['p95']:+.1%}" if error else ""))
     write_json_atomic(args.out, {
         "benchmark": "serve_batching", "prompts": str(args.prompts), "max_batch": args.max_batch,
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "concurrency": levels,

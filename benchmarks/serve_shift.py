@@ -210,11 +210,12 @@ def predict(run: dict, profile: str, per_prompt: bool = False) -> dict:
     return out
 
 
-def run_timeline(store: Path, origin: float, cost) -> list[tuple[float, float]]:
+def run_timeline(store: Path, origin: float, cost, until: float | None = None,
+                 window_s: float = TIMELINE_WINDOW_S) -> list[tuple[float, float]]:
     """The run's speed window by window (``simulator.speed.timeline_from_steps``) from the server's
-    step records since ``origin``, once the telemetry writer has flushed them."""
+    step records from ``origin`` (to ``until``), once the telemetry writer has flushed them."""
     time.sleep(STORE_FLUSH_S)
-    return timeline_from_steps(read_steps(store, since=origin), cost, origin, TIMELINE_WINDOW_S)
+    return timeline_from_steps(read_steps(store, since=origin, until=until), cost, origin, window_s)
 
 
 def calibrate(args: argparse.Namespace) -> None:
@@ -314,14 +315,13 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"round {r + 1}/{args.rounds}: {config} at {rate:g} req/s", flush=True)
                 before = scrape_plain_steps(url)
                 probe(url, args.prompts, args.endpoint)
-                origin = time.time()
                 report = loadgen(url, args, config, rate, r, Path(tmp) / f"{config}-{rate}-{r}.json")
                 probe(url, args.prompts, args.endpoint)
                 after = scrape_plain_steps(url)
                 steps = after[1] - before[1]
                 run = {"round": r, "config": config, "rate": rate, **summarize(report),
                        "plain_steps": {"count": steps, "mean_s": (after[0] - before[0]) / steps if steps else None},
-                       "speed_timeline": run_timeline(store, origin, cost)}
+                       "speed_timeline": run_timeline(store, report["origin_unix"], cost)}
                 run.update(predict(run, args.profile, args.per_prompt))
                 runs.append(run)
                 print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "

@@ -46,6 +46,7 @@ import zlib
 
 from policies.batch_cap import BatchDraftCap
 from policies.session import StepPlan
+from simulator.cost_model import forward_verify_s
 from simulator.replica import NO_TOKENS, Replica
 
 
@@ -147,13 +148,10 @@ class BatchingReplica(Replica):
         return admitted, seconds
 
     def iteration_s(self, running: list, steps: list, looked_up: dict[str, list[int]]) -> float:
-        cost, batch = self.cost, len(running)
+        cost = self.cost
         self.last_draft_s = sum(cost.draft_s(d, max(ks), len(ks), sum(ks)) for d, ks in looked_up.items())
         widths = [draft.proposed + 1 for _, draft in steps]
-        contexts = sum(seq[2] for seq in running)
-        # a padded forward scores every row at the widest row's width; a ragged one, each row's own
-        scored = batch * max(widths) if getattr(cost, "padded", False) else sum(widths)
-        self.last_verify_s = cost.verify_s(max(widths), contexts / batch, batch, scored, contexts)
+        self.last_verify_s = forward_verify_s(cost, widths, [seq[2] for seq in running])
         return self.last_draft_s + self.last_verify_s
 
     def finish_iteration(self, running: list, steps: list) -> list:

@@ -39,6 +39,7 @@ Drafting: ``per_call_s + per_token_s * k`` per call, from the profile's ``draft`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,6 +62,15 @@ class CostModel(Protocol):
                  batch_context: int | None = None) -> float: ...
 
     def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float: ...
+
+
+def forward_verify_s(cost, widths: Sequence[int], contexts: Sequence[float]) -> float:
+    """Seconds of one target forward over rows ``widths`` tokens wide (k + 1 each) at ``contexts``
+    tokens of context: a padded forward (``cost.padded``, as this engine's batched one) scores every
+    row at the widest row's width, a ragged one each row at its own."""
+    batch, context = len(widths), sum(contexts)
+    scored = batch * max(widths) if getattr(cost, "padded", False) else sum(widths)
+    return cost.verify_s(max(widths), context / batch, batch, scored, context)
 
 
 def verify_features(tokens: int, context_len: float, batch: int, batch_tokens: int, batch_context: float,

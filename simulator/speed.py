@@ -14,6 +14,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 
+from simulator.cost_model import forward_verify_s
+
 
 class SpeedTimeline:
     """Step-wise factor over simulated time: the last point at or before ``t`` (1.0 before the first)."""
@@ -51,25 +53,56 @@ class TimedCost:
         return self.timeline.factor(self.now()) * self.cost.draft_s(drafter, k, batch, batch_draft_tokens)
 
 
+# rows of one batched step are recorded together, within milliseconds; a forward takes tens of them
+SAME_STEP_S = 0.05
+
+
+def forwards(steps: Sequence[dict]) -> list[list[dict]]:
+    """The step records grouped by target forward. The batched engine records one row per request
+    of a step, each with the step's own ``draft_s`` and ``verify_s`` (the whole batch's): rows of
+    different requests with the same times, recorded together, are one forward. A row without a
+    ``request_id`` is a forward of its own.
+
+    >>> rows = [{"time": 0.0, "request_id": 1, "draft_s": 0.0, "verify_s": 0.09},
+    ...         {"time": 0.0, "request_id": 2, "draft_s": 0.0, "verify_s": 0.09},
+    ...         {"time": 0.1, "request_id": 1, "draft_s": 0.0, "verify_s": 0.08}]
+    >>> [len(f) for f in forwards(rows)]
+    [2, 1]
+    """
+    groups: list[list[dict]] = []
+    for step in sorted(steps, key=lambda s: s["time"]):
+        last = groups[-1] if groups else None
+        if (last is not None and step.get("request_id") is not None
+                and step["time"] - last[0]["time"] <= SAME_STEP_S
+                and (step["verify_s"], step.get("draft_s")) == (last[0]["verify_s"], last[0].get("draft_s"))
+                and all(row.get("request_id") not in (None, step["request_id"]) for row in last)):
+            last.append(step)
+        else:
+            groups.append([step])
+    return groups
+
+
 def timeline_from_steps(steps: Sequence[dict], cost, origin: float, window_s: float = 30.0,
                         min_steps: int = 10) -> list[tuple[float, float]]:
     """The speed a served run actually ran at, from its engine's step records (the telemetry store's
-    ``steps`` rows: ``time``, ``proposed``, ``context_len``, ``verify_s``): per window of
-    ``window_s`` seconds from ``origin`` (the run's start, Unix time), the seconds its verifies took
-    over what ``cost`` prices the same verifies at. A window with fewer than ``min_steps`` steps
-    keeps the speed before it. Points ``(at_s, factor)`` for a scenario's ``speed``."""
+    ``steps`` rows: ``time``, ``request_id``, ``proposed``, ``context_len``, ``draft_s``,
+    ``verify_s``): per window of ``window_s`` seconds from ``origin`` (the run's start, Unix time),
+    the seconds its forwards took over what ``cost`` prices the same forwards at (a batched step's
+    rows together: ``forwards``). A window with fewer than ``min_steps`` forwards keeps the speed
+    before it. Points ``(at_s, factor)`` for a scenario's ``speed``."""
     if not window_s > 0:
         raise ValueError(f"window_s must be > 0, got {window_s!r}")
     measured: dict[int, float] = {}
     priced: dict[int, float] = {}
     counts: dict[int, int] = {}
-    for step in steps:
-        offset = step["time"] - origin
+    for rows in forwards(steps):
+        offset = rows[0]["time"] - origin
         if offset < 0:
             continue
         window = int(offset // window_s)
-        measured[window] = measured.get(window, 0.0) + step["verify_s"]
-        priced[window] = priced.get(window, 0.0) + cost.verify_s(step["proposed"] + 1, step["context_len"])
+        measured[window] = measured.get(window, 0.0) + rows[0]["verify_s"]
+        widths = [row["proposed"] + 1 for row in rows]
+        priced[window] = priced.get(window, 0.0) + forward_verify_s(cost, widths, [row["context_len"] for row in rows])
         counts[window] = counts.get(window, 0) + 1
     points = []
     for window in sorted(counts):

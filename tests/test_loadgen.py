@@ -16,6 +16,7 @@ import random
 import socket
 import statistics
 import sys
+import time
 
 import pytest
 
@@ -228,9 +229,13 @@ def test_a_run_records_every_request_with_the_servers_token_counts(served):
     schedule = parse_schedule("copy:0.2,open:60")
     config = LoadConfig(url=served, rate=50.0, max_concurrency=4, num_requests=30, max_tokens=8, seed=1,
                         schedule=schedule, extra_body=STATIC_NGRAM, slos_ms={"ttft": 60_000.0})
+    before = time.time()
     result = _run(config)
+    after = time.time()
     records = result.records
     assert [r.index for r in records] == list(range(30))
+    # the run's t = 0 in Unix time, so a server's own records line up with the trace
+    assert before <= result.origin_unix <= result.origin_unix + max(r.finished_s for r in records) <= after
     assert all(r.ok for r in records), [(r.status, r.error) for r in records if not r.ok]
     by_id = {p.id: p for p in PROMPTS}
     for r in records:
@@ -245,6 +250,7 @@ def test_a_run_records_every_request_with_the_servers_token_counts(served):
 
     report = json.loads(json.dumps(build_report(config, result, "prompts.jsonl")))  # what the file holds
     assert report["format"] == FORMAT and report["model"] == MODEL and not report["interrupted"]
+    assert report["origin_unix"] == result.origin_unix
     assert report["summary"]["completed"] == 30 and report["summary"]["errors"] == {}
     assert report["summary"]["output_tokens"] == 30 * 8
     assert report["summary"]["goodput"]["good_requests"] == 30

@@ -42,3 +42,14 @@ def test_a_run_is_replayed_on_the_batching_replica_from_its_send_times(tmp_path)
     spaced = [_row(i, r["id"], 10.0 * i) for i, r in enumerate(trace[:4])]
     alone = predict({**run, "concurrency": 1, "trace": spaced}, profile, max_batch=8, prefill_chunk=128)
     assert alone["simulated_e2e_s"]["p95"] < predicted["p95"]
+
+
+def test_a_run_is_also_replayed_at_the_speed_its_batched_steps_ran(tmp_path):
+    profile = _profile(tmp_path)
+    trace = [_row(i, "p-copy" if i % 2 else "p-chat", 0.0) for i in range(4)]
+    run = {"config": "plain", "concurrency": 4, "trace": trace, "e2el_s": {"p50": 2.0, "p95": 3.0},
+           "speed_timeline": [(0.0, 2.0)]}  # the machine twice as slow as calibrated all along
+    out = predict(run, profile, max_batch=8, prefill_chunk=128)
+    calibrated, timeline = out["simulated_e2e_s"], out["simulated_e2e_s_timeline"]
+    assert timeline["p50"] == pytest.approx(2 * calibrated["p50"], rel=1e-6)
+    assert out["simulator_error_timeline"]["p95"] == pytest.approx(timeline["p95"] / 3.0 - 1)

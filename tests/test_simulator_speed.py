@@ -79,3 +79,27 @@ def test_a_runs_speed_is_read_from_its_step_records_window_by_window():
     assert [f for _, f in points] == pytest.approx([1.0, 1.0, 1.5, 1.5])
     with pytest.raises(ValueError, match="window_s"):
         timeline_from_steps(steps, Priced(), origin, window_s=0)
+
+
+def test_a_batched_runs_rows_of_one_step_are_priced_as_one_padded_forward():
+    from simulator.speed import timeline_from_steps
+
+    class Padded:  # a forward costs by the tokens it scores, every row at the widest row's width
+        padded = True
+
+        def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None):
+            return 0.04 + 0.01 * (batch * tokens if batch_tokens is None else batch_tokens)
+
+    origin = 1_000_000.0
+    steps = []
+    for t in range(40):  # two requests decoding together: one drafting 4 tokens, one plain
+        shared = {"time": origin + t + 0.001, "draft_s": 0.002, "verify_s": 1.2 * (0.04 + 0.01 * 2 * 5)}
+        steps += [{**shared, "request_id": 1, "proposed": 4, "context_len": 100},
+                  {**shared, "time": shared["time"] + 0.002, "request_id": 2, "proposed": 0, "context_len": 90}]
+    # later, one request alone: its consecutive steps are forwards of their own even at equal times
+    steps += [{"time": origin + 60 + t / 10, "draft_s": 0.0, "verify_s": 0.05, "request_id": 3, "proposed": 0,
+               "context_len": 50} for t in range(20)]
+    points = timeline_from_steps(steps, Padded(), origin, window_s=30.0)
+    # 1.2x the padded batch's price (priced row by row it would read 2.4x); then as priced
+    assert [t for t, _ in points] == [0.0, 30.0, 60.0]
+    assert [f for _, f in points] == pytest.approx([1.2, 1.2, 1.0])

@@ -5,6 +5,7 @@ JSON format (``"format": "adaptive-spec-loadgen/1"``); times in milliseconds unl
     {
       "format": "adaptive-spec-loadgen/1",
       "started_at": "2026-01-01T12:00:00+00:00",   # UTC, when the run began
+      "origin_unix": 1767268800.25,                 # Unix time of t = 0 for arrival_s, sent_s, finished_s
       "interrupted": false,                         # true when Ctrl-C ended it early
       "model": "smollm2",                           # the served model the requests named
       "config": {"url", "endpoint", "model", "prompts", "rate" ("inf" or a number), "burstiness",
@@ -75,6 +76,7 @@ def build_report(config: LoadConfig, result: LoadResult, prompts_path: str | Non
     return {
         "format": FORMAT,
         "started_at": (started_at or _dt.datetime.now(_dt.timezone.utc)).isoformat(timespec="seconds"),
+        "origin_unix": result.origin_unix,
         "interrupted": result.interrupted,
         "model": result.model,
         "config": _config(config, prompts_path),

@@ -108,6 +108,7 @@ class LoadResult:
     spec_before: dict | None  # the server's spec-decode counters before and after
     spec_after: dict | None
     interrupted: bool = False
+    origin_unix: float | None = None  # Unix time of the run's t = 0, which arrival_s and sent_s count from
 
 
 async def run_load(config: LoadConfig, prompts: Sequence[Prompt],
@@ -125,12 +126,12 @@ async def run_load(config: LoadConfig, prompts: Sequence[Prompt],
         before = await spec_counters(client, model)
         if on_start is not None:
             on_start(model)
-        records, interrupted = await _arrive_and_send(client, config, model, prompts, on_done, stop)
+        records, interrupted, origin_unix = await _arrive_and_send(client, config, model, prompts, on_done, stop)
         after = await spec_counters(client, model)
     sent = [r.sent_s for r in records if r.sent_s is not None]
     finished = [r.finished_s for r in records if r.finished_s is not None]
     duration = max(finished) - min(sent) if sent and finished else 0.0
-    return LoadResult(model, records, duration, before, after, interrupted)
+    return LoadResult(model, records, duration, before, after, interrupted, origin_unix)
 
 
 async def _arrive_and_send(client, config: LoadConfig, model: str, prompts, on_done, stop: asyncio.Event):
@@ -142,7 +143,7 @@ async def _arrive_and_send(client, config: LoadConfig, model: str, prompts, on_d
     limit, end = config.request_limit, config.end_s
     records: list[RequestRecord] = []
     tasks: list[asyncio.Task] = []
-    origin = time.perf_counter()
+    origin, origin_unix = time.perf_counter(), time.time()
 
     async def one(record: RequestRecord, prompt: Prompt, holding_slot: bool) -> None:
         acquired = holding_slot
@@ -190,7 +191,7 @@ async def _arrive_and_send(client, config: LoadConfig, model: str, prompts, on_d
     for record in records:
         if record.status == "not_sent":  # cancelled before its task first ran
             record.status, record.error = "cancelled", "the run was interrupted"
-    return records, stop.is_set()
+    return records, stop.is_set(), origin_unix
 
 
 async def _unless_stopped(awaitable, stop: asyncio.Event) -> bool:
