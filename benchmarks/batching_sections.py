@@ -42,29 +42,35 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
     if not (Path(results_dir) / "serve_batching.json").exists():
         return ""
     data = load(results_dir, "serve_batching.json")
+    rounds = data.get("rounds", 1)
     predicted = data.get("profile") is not None
     at_speed = predicted and all("simulator_error_at_speed" in r for r in data["runs"])
+    timeline = predicted and any("simulator_error_timeline" in r for r in data["runs"])
     rows = []
-    for level in data["concurrency"]:
-        mine = [r for r in data["runs"] if r["concurrency"] == level]
+    for round_, level in ((r, c) for r in range(rounds) for c in data["concurrency"]):
+        mine = [r for r in data["runs"] if r["concurrency"] == level and r.get("round", 0) == round_]
         best_fixed = max((r for r in mine if r["config"] != "adaptive"), key=lambda r: r["output_tokens_per_s"])
         for run in sorted(mine, key=lambda r: data["configs"].index(r["config"])):
             simulated, fast = run.get("simulator_error"), run.get("simulator_error_at_speed")
-            rows.append([str(level), f"`{run['config']}`", f"{run['completed']}/{run['requests']}",
+            rows.append([*([str(round_ + 1)] if rounds > 1 else []), str(level), f"`{run['config']}`",
+                         f"{run['completed']}/{run['requests']}",
                          f"{run['output_tokens_per_s']:.1f}", f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
                          f"{run['speculative_step_share']:.0%}",
                          *(_errors(simulated) if predicted else []),
                          *([f"{run['plain_step']['mean_s'] * 1e3:.1f} ms", f"{fast['p50']:+.0%}", f"{fast['p95']:+.0%}"]
                            if at_speed else []),
+                         *(_errors(run.get("simulator_error_timeline")) if timeline else []),
                          "best fixed" if run is best_fixed else ""])
+    runs_text = (f"{rounds} rounds: every config at every concurrency once a round, configs rotating within each "
+                 "concurrency and from round to round; each run on a traffic key of its own (controllers start fresh)"
+                 if rounds > 1 else "One run per config and concurrency, configs rotating within each concurrency")
     what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve --max-batch {data['max_batch']} --drafters ngram`: "
             f"{data['requests']} requests per run from [`{Path(data['prompts']).name}`]({Path(data['prompts']).name}) "
             f"(copy-heavy and open-ended, the same seeded choice every run) on `/v1/chat/completions`, sent as fast "
             f"as the concurrency allows, {data['max_tokens']} new tokens, greedy. A config is a per-request "
             "`speculation` override on a traffic key of its own (`static:ngram:8`: ngram, k = 8; `plain`: off; "
-            "`adaptive`: the server's controllers, capped by what the batch affords). One run per config and "
-            "concurrency, configs rotating within each concurrency. *Drafting*: share of decode steps that "
-            "verified a draft, from the responses' own statistics.")
+            f"`adaptive`: the server's controllers, capped by what the batch affords). {runs_text}. *Drafting*: "
+            "share of decode steps that verified a draft, from the responses' own statistics.")
     if predicted:
         what += (f" *Simulated*: the simulator's batching replica (max batch {data['max_batch']}, prefill chunk "
                  f"{data['prefill_chunk']}) replaying each run's completed requests from the moment the client sent "
@@ -76,17 +82,36 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
                  "plain requests sent alone just before and just after it; *at speed*: the same replay with every "
                  "cost of the profile scaled so that its plain step costs that (the machine's speed drifts between "
                  "the calibration and a run).")
-    header = ["concurrency", "config", "completed", "output tok/s", "E2EL p50 s", "E2EL p95 s", "drafting",
-              *(["simulated p50", "simulated p95"] if predicted else []),
-              *(["plain step", "at speed p50", "at speed p95"] if at_speed else []), ""]
+    if timeline:
+        what += (" *Timeline*: the same replay at the speed the run's own forwards ran, window by window (the "
+                 "server records every decode step; each window's forwards, a batch's rows together, against what "
+                 "the profile prices them at: `simulator.speed.timeline_from_steps`).")
+    header = [*(["round"] if rounds > 1 else []), "concurrency", "config", "completed", "output tok/s", "E2EL p50 s",
+              "E2EL p95 s", "drafting", *(["simulated p50", "simulated p95"] if predicted else []),
+              *(["plain step", "at speed p50", "at speed p95"] if at_speed else []),
+              *(["timeline p50", "timeline p95"] if timeline else []), ""]
     command = (f".venv/bin/python -m benchmarks.serve_batching --concurrency {','.join(map(str, data['concurrency']))} "
-               f"--requests {data['requests']} --max-tokens {data['max_tokens']} --out benchmarks/results/serve_batching.json "
-               "--plot benchmarks/results/serve_batching.png"
+               f"--requests {data['requests']} --max-tokens {data['max_tokens']} "
+               + (f"--rounds {rounds} " if rounds > 1 else "")
+               + "--out benchmarks/results/serve_batching.json --plot benchmarks/results/serve_batching.png"
                + (f" --prefill-chunk {data['prefill_chunk']}" if "prefill_chunk" in data else "")
                + (f" --profile {data['profile']} --calibrate" if predicted else ""))
     plot = "![throughput, latency and drafting by concurrency](results/serve_batching.png)"
-    return "\n\n".join(["## Batched serving by concurrency", what, table(header, rows), plot,
-                        provenance(results_dir, ["serve_batching.json"], dates, command, machine_line(data))])
+    parts = ["## Batched serving by concurrency", what, table(header, rows)]
+    if data.get("comparisons") and rounds > 1:
+        parts += ["`adaptive` against each fixed config, round by round: output tok/s of `adaptive` over the "
+                  "config's, and the config's E2EL p95 over `adaptive`'s (above 1: `adaptive` better in both); "
+                  "the median of the rounds, the lowest and highest round in brackets, and a verdict only where "
+                  "every round agrees.",
+                  table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
+                        [[str(c["concurrency"]), f"`{c['config']}`", _spread(c["throughput"]), c["throughput"]["verdict"],
+                          _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])]
+    parts += [plot, provenance(results_dir, ["serve_batching.json"], dates, command, machine_line(data))]
+    return "\n\n".join(parts)
+
+
+def _spread(ratio: dict) -> str:
+    return f"{ratio['median']:.2f}× [{ratio['low']:.2f}, {ratio['high']:.2f}]"
 
 
 def _errors(error: dict | None) -> list[str]:

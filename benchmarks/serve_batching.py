@@ -5,23 +5,31 @@ One ``adaptive-spec serve --max-batch N`` (policy ``adaptive``, drafter ``ngram`
 a config is a per-request ``speculation`` override (``static``: ngram, k = 8, which the batch's
 draft cap leaves alone; ``off``: plain), each on a traffic key of its own. Each run sends the same
 seeded requests (copy-heavy and open-ended prompts mixed) as fast as ``--max-concurrency`` lets
-it; concurrencies run in the order given, configs rotating within each. Reported per run: output
+it; concurrencies run in the order given, configs rotating within each and from round to round
+(``--rounds``). Each run starts its controllers fresh (a traffic key of its own), as the simulator's
+replay does. Reported per run: output
 tokens/s, end-to-end latency p50/p95, and the share of decode steps that verified a draft (from
 the responses' own statistics). With ``--profile``, the simulator's batching replica predicts each
 run three ways: as calibrated, at the speed plain probes measured around the run (``*_at_speed``),
 and at the speed the run's own batched steps ran window by window (``*_timeline``: the server
 records every step in a telemetry store, ``simulator.speed.timeline_from_steps``).
 
-    python -m benchmarks.serve_batching --concurrency 1,4,8 --requests 16 \\
+    python -m benchmarks.serve_batching --concurrency 1,4,8 --requests 16 --rounds 3 \\
         --out benchmarks/results/serve_batching.json --plot benchmarks/results/serve_batching.png
+
+One run of a config is one draw of a machine whose speed swings by a quarter within minutes, so
+``adaptive`` is compared with each fixed config round by round (``comparisons``): the ratio of
+output tokens/s and of p95 latency in each round, their median, and whether every round agrees.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,28 +49,63 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMELINE_WINDOW_S = 5.0  # a run lasts tens of seconds; a window still holds tens of forwards
 
 
-def loadgen(url: str, args: argparse.Namespace, config: str, concurrency: int, out: Path) -> dict:
+def loadgen(url: str, args: argparse.Namespace, config: str, concurrency: int, out: Path, round_: int = 0) -> dict:
     speculation, _ = CONFIGS[config]
     command = [sys.executable, "-m", "adaptive_spec.cli", "loadgen", "--url", url, "--prompts", str(args.prompts),
                "--rate", "inf", "--max-concurrency", str(concurrency), "--num-requests", str(args.requests),
                "--max-tokens", str(args.max_tokens), "--temperature", "0", "--seed", str(args.seed),
-               "--traffic-key", f"serve-batching-{config}-c{concurrency}", "--extra-body", json.dumps({"speculation": speculation}),
+               "--traffic-key", f"serve-batching-{config}-c{concurrency}-r{round_}", "--extra-body", json.dumps({"speculation": speculation}),
                "--endpoint", "chat", "--out", str(out), "--quiet"]
     subprocess.run(command, check=True, cwd=ROOT)
     return json.loads(out.read_text())
 
 
-def summarize(report: dict, config: str, concurrency: int) -> dict:
+def summarize(report: dict, config: str, concurrency: int, round_: int = 0) -> dict:
     s = report["summary"]
     served = [r["server_metrics"] for r in report["requests"] if r["ok"] and r.get("server_metrics")]
     steps = sum(m.get("steps", 0) for m in served)
     drafted = sum(m["speculative_decoding"]["num_spec_steps"] for m in served)
-    return {"config": config, "concurrency": concurrency, "requests": s["requests"], "completed": s["completed"],
+    return {"config": config, "concurrency": concurrency, "round": round_, "requests": s["requests"], "completed": s["completed"],
             "errors": s["errors"], "output_tokens_per_s": s["output_throughput"],
             "e2el_s": {q: s["e2el_ms"][q] / 1e3 for q in ("p50", "p95")},
             "ttft_s": {q: s["ttft_ms"][q] / 1e3 for q in ("p50", "p95")},
             "speculative_step_share": drafted / steps if steps else 0.0, "steps": steps,
             "trace": [{k: r[k] for k in (*TRACE_FIELDS, "sent_s")} for r in report["requests"]]}  # what the simulator replays
+
+
+def agreement(ratios: list[float]) -> str:
+    """What a few rounds' ratios (> 1: ``adaptive`` better) say: a verdict only where every round agrees.
+
+    >>> agreement([1.1, 1.2, 1.05]), agreement([1.1, 0.9, 1.2]), agreement([1.1])
+    ('ahead in every round', 'no consistent difference', 'one round: no spread')
+    """
+    if len(ratios) < 2:
+        return "one round: no spread"
+    if min(ratios) > 1:
+        return "ahead in every round"
+    if max(ratios) < 1:
+        return "behind in every round"
+    return "no consistent difference"
+
+
+def compare_rounds(runs: list[dict], config: str, concurrency: int, reference: str = "adaptive") -> dict | None:
+    """``reference`` against ``config`` at ``concurrency``, round by round: output tokens/s
+    (``reference`` over ``config``) and p95 end-to-end latency (``config`` over ``reference``), so
+    that > 1 is ``reference`` better in both; each as the rounds' ratios, their median and range."""
+    def by_round(name: str) -> dict[int, dict]:
+        return {r.get("round", 0): r for r in runs if r["config"] == name and r["concurrency"] == concurrency}
+
+    mine, theirs = by_round(reference), by_round(config)
+    rounds = sorted(set(mine) & set(theirs))
+    if not rounds:
+        return None
+    out = {"concurrency": concurrency, "config": config, "reference": reference, "rounds": len(rounds)}
+    for name, ratio in (("throughput", lambda a, b: a["output_tokens_per_s"] / b["output_tokens_per_s"]),
+                        ("e2el_p95", lambda a, b: b["e2el_s"]["p95"] / a["e2el_s"]["p95"])):
+        ratios = [ratio(mine[r], theirs[r]) for r in rounds]
+        out[name] = {"ratios": ratios, "median": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
+                     "verdict": agreement(ratios)}
+    return out
 
 
 def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int) -> dict:
@@ -116,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK, help="the server's --prefill-chunk")
     parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=1, help="every config at every concurrency this many times")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--configs", default="adaptive,static:ngram:8,plain")
@@ -126,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
                              "run with the simulator's batching replica")
     parser.add_argument("--calibrate", action="store_true", help="write --profile first (calibrate on --prompts)")
     args = parser.parse_args(argv)
-    for name in ("max_batch", "prefill_chunk", "requests", "max_tokens"):
+    for name in ("max_batch", "prefill_chunk", "requests", "max_tokens", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"{name}={getattr(args, name)}: must be >= 1")
     try:
@@ -163,14 +207,14 @@ def main(argv: list[str] | None = None) -> None:
         # warm-up, unrecorded: the first forwards of each shape pay for kernel selection
         loadgen(url, argparse.Namespace(**{**vars(args), "requests": min(args.requests, args.max_batch)}),
                 "static:ngram:8", args.max_batch, Path(tmp) / "warm.json")
-        for level_index, concurrency in enumerate(levels):
-            shift = level_index % len(configs)
+        for round_, (level_index, concurrency) in itertools.product(range(args.rounds), enumerate(levels)):
+            shift = (level_index + round_) % len(configs)
             for config in configs[shift:] + configs[:shift]:
-                print(f"concurrency {concurrency} · {config} ...", flush=True)
+                print(f"round {round_ + 1}/{args.rounds} · concurrency {concurrency} · {config} ...", flush=True)
                 speed = probe_speed(url, args.prompts) if args.profile is not None else None
-                report = loadgen(url, args, config, concurrency, Path(tmp) / "run.json")
+                report = loadgen(url, args, config, concurrency, Path(tmp) / "run.json", round_)
                 end = time.time()
-                runs.append(summarize(report, config, concurrency))
+                runs.append(summarize(report, config, concurrency, round_))
                 if cost is not None:
                     runs[-1]["speed_timeline"] = run_timeline(store, report["origin_unix"], cost, end, TIMELINE_WINDOW_S)
                 if speed is not None:  # probes open and close the run: its speed is their mean
@@ -189,10 +233,16 @@ def main(argv: list[str] | None = None) -> None:
             except (ValueError, ZeroDivisionError) as exc:
                 run["prediction_error"] = str(exc)
         error = run.get("simulator_error_timeline", run.get("simulator_error_at_speed", run.get("simulator_error")))
-        print(f"{run['config']:>15} c={run['concurrency']}: {run['output_tokens_per_s']:6.1f} tok/s  E2EL p50 "
+        print(f"{run['config']:>15} c={run['concurrency']} r={run['round'] + 1}: {run['output_tokens_per_s']:6.1f} tok/s  E2EL p50 "
               f"{run['e2el_s']['p50']:.2f} s p95 {run['e2el_s']['p95']:.2f} s  drafting {run['speculative_step_share']:.0%}"
               f"  completed {run['completed']}/{run['requests']}"
               + (f"  simulated (timeline, else at speed) p50 {error['p50']:+.1%} p95 {error['p95']:+.1%}" if error else ""))
+    comparisons = [c for level in levels for config in configs if config != "adaptive" and "adaptive" in configs
+                   for c in [compare_rounds(runs, config, level)] if c is not None]
+    for c in comparisons:
+        t, p = c["throughput"], c["e2el_p95"]
+        print(f"adaptive / {c['config']} c={c['concurrency']}: tok/s x{t['median']:.2f} [{t['low']:.2f}, {t['high']:.2f}] "
+              f"{t['verdict']}; p95 x{p['median']:.2f} [{p['low']:.2f}, {p['high']:.2f}] {p['verdict']}")
     write_json_atomic(args.out, {
         "benchmark": "serve_batching", "prompts": str(args.prompts), "max_batch": args.max_batch,
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "concurrency": levels,
@@ -200,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
         "prefill_chunk": args.prefill_chunk,
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},
-        "runs": runs}, "out")
+        "rounds": args.rounds, "runs": runs, "comparisons": comparisons}, "out")
     print(f"wrote {args.out}")
     if args.plot is not None:
         plot(runs, configs, levels, args.plot)
@@ -214,16 +264,25 @@ def plot(runs: list[dict], configs: list[str], levels: list[int], path: Path) ->
     import matplotlib.pyplot as plt
 
     fig, (speed, p95, share) = plt.subplots(1, 3, figsize=(13, 4))
+
+    def draw(axis, config: str, value) -> None:  # median over rounds, bars from the lowest to the highest
+        values = [[value(r) for r in runs if r["config"] == config and r["concurrency"] == c] for c in levels]
+        mid = [statistics.median(v) for v in values]
+        spread = [[m - min(v) for m, v in zip(mid, values)], [max(v) - m for m, v in zip(mid, values)]]
+        axis.errorbar(levels, mid, yerr=spread, marker="o", capsize=3, label=config)
+
     for config in configs:
-        mine = [next(r for r in runs if r["config"] == config and r["concurrency"] == c) for c in levels]
-        speed.plot(levels, [r["output_tokens_per_s"] for r in mine], marker="o", label=config)
-        p95.plot(levels, [r["e2el_s"]["p95"] for r in mine], marker="o", label=config)
-        share.plot(levels, [100 * r["speculative_step_share"] for r in mine], marker="o", label=config)
+        draw(speed, config, lambda r: r["output_tokens_per_s"])
+        draw(p95, config, lambda r: r["e2el_s"]["p95"])
+        draw(share, config, lambda r: 100 * r["speculative_step_share"])
     speed.set(xlabel="concurrent requests", ylabel="output tokens/s (all requests)", title="Throughput", xticks=levels)
     p95.set(xlabel="concurrent requests", ylabel="end-to-end latency p95 (s)", title="Latency", xticks=levels)
     share.set(xlabel="concurrent requests", ylabel="decode steps that verified a draft (%)",
               title="Speculation kept", xticks=levels, ylim=(0, 100))
     speed.legend()
+    rounds = len({r.get("round", 0) for r in runs})
+    if rounds > 1:
+        fig.suptitle(f"median of {rounds} rounds; bars from the lowest round to the highest")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -136,3 +136,32 @@ def test_the_corpus_test_run_renders_with_its_targets_once_its_file_exists(resul
     assert targets.count("`adaptive` / `plain`") == 3  # one per kind
     assert "best transformers config (`hf-plain`)" in targets and "noise floor" in targets
     assert "| met |" in targets and "| **missed** |" in targets  # the open kind's interval reaches below 0.97
+
+
+def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_errors(results_copy):
+    path = results_copy / "serve_batching.json"
+    data = json.loads(path.read_text())
+    second = []
+    for run in data["runs"]:  # a second round: adaptive twice as fast, and a timeline replay of every run
+        run.update(round=0, simulator_error_timeline={"p50": 0.03, "p95": -0.07})
+        faster = 2.0 if run["config"] == "adaptive" else 1.0
+        second.append({**run, "round": 1, "output_tokens_per_s": run["output_tokens_per_s"] * faster})
+    data["runs"] += second
+    data["rounds"] = 2
+    from benchmarks.serve_batching import compare_rounds
+
+    data["comparisons"] = [compare_rounds(data["runs"], c, level) for level in data["concurrency"]
+                           for c in data["configs"] if c != "adaptive"]
+    path.write_text(json.dumps(data))
+
+    section = make_results.render(results_copy, results_kit.dates_in(COMMITTED)).split(
+        "## Batched serving by concurrency")[1].split("\n## ")[0]
+    assert "| round | concurrency |" in section and "timeline p50" in section and "| +3% | -7% |" in section
+    assert "--rounds 2" in section
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "×" in line]
+    assert len(rows) == len(data["comparisons"])
+    for row, comparison in zip(rows, data["comparisons"]):
+        low, high = sorted(comparison["throughput"]["ratios"])
+        assert f"[{low:.2f}, {high:.2f}]" in row  # the rounds' own ratios, the second twice the first
+        assert high == pytest.approx(2 * low)
+        assert ("ahead in every round" in row) == (low > 1)

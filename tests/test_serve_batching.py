@@ -53,3 +53,21 @@ def test_a_run_is_also_replayed_at_the_speed_its_batched_steps_ran(tmp_path):
     calibrated, timeline = out["simulated_e2e_s"], out["simulated_e2e_s_timeline"]
     assert timeline["p50"] == pytest.approx(2 * calibrated["p50"], rel=1e-6)
     assert out["simulator_error_timeline"]["p95"] == pytest.approx(timeline["p95"] / 3.0 - 1)
+
+
+def test_adaptive_is_compared_round_by_round_with_a_verdict_only_where_every_round_agrees():
+    from benchmarks.serve_batching import agreement, compare_rounds
+
+    def run(config, round_, tok_s, p95):
+        return {"config": config, "concurrency": 4, "round": round_, "output_tokens_per_s": tok_s,
+                "e2el_s": {"p50": 1.0, "p95": p95}}
+
+    runs = [run("adaptive", 0, 30.0, 4.0), run("plain", 0, 20.0, 5.0), run("adaptive", 1, 33.0, 6.0),
+            run("plain", 1, 30.0, 5.0), run("adaptive", 2, 28.0, 4.0)]  # round 3's plain run is missing
+    c = compare_rounds(runs, "plain", 4)
+    assert c["rounds"] == 2
+    assert c["throughput"]["ratios"] == pytest.approx([1.5, 1.1]) and c["throughput"]["verdict"] == "ahead in every round"
+    # p95 the other way round: above 1 is adaptive lower
+    assert c["e2el_p95"]["ratios"] == pytest.approx([1.25, 5 / 6]) and c["e2el_p95"]["verdict"] == "no consistent difference"
+    assert compare_rounds(runs, "plain", 8) is None
+    assert agreement([0.9, 0.8]) == "behind in every round" and agreement([1.2]) == "one round: no spread"
