@@ -223,6 +223,7 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
     per_prompt = bool(data.get("per_prompt"))
     suffixes = ("", "_per_prompt") if per_prompt else ("",)
     at_speed = any("speed_factor" in run for run in data["runs"])
+    timeline = any("simulated_e2e_s_timeline" in run for run in data["runs"])
 
     def predicted(run: dict, speed: str) -> list[str]:
         cells = []
@@ -231,12 +232,21 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
             cells += ["-"] * 2 if sim is None else [f"{sim[q]:.2f} ({err[q]:+.0%})" for q in ("p50", "p95")]
         return cells
 
-    rows, calibrated_rows = [], []
+    rows, calibrated_rows, speed_rows = [], [], []
     for run in data["runs"]:
         cells = [f"`{run['config']}`", f"{run['rate']:g}", str(run["round"] + 1), f"{run['completed']}/{run['requests']}",
                  f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
                  "-" if run["goodput_rps"] is None else f"{run['goodput_rps']:.3f}"]
-        if at_speed:
+        if timeline:
+            factors = [f for _, f in run.get("speed_timeline") or ()]
+            cells.append(f"×{min(factors):.2f}-{max(factors):.2f} over {len(factors)}" if factors else "none")
+            rows.append(cells + predicted(run, "_timeline"))
+            plain = run.get("plain_steps") or {}
+            speed_rows.append(cells[:2] + [f"{plain['mean_s'] * 1e3:.1f} ms (×{run['speed_factor']:.2f})"
+                                           if run.get("speed_factor") else "too few plain steps"]
+                              + predicted(run, "_at_speed"))
+            calibrated_rows.append(cells[:2] + predicted(run, ""))
+        elif at_speed:
             plain = run.get("plain_steps") or {}
             cells.append(f"{plain['mean_s'] * 1e3:.1f} ms × {plain['count']:.0f} (×{run['speed_factor']:.2f})"
                          if run.get("speed_factor") else f"{plain.get('count', 0):.0f} steps: too few")
@@ -254,7 +264,17 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
             + (", calibrated right before serving" if data.get("calibrated_first") else "")
             + (": *by kind* takes each request's class to be its prompt's kind (copy, open), *by prompt* its prompt, "
                "whose acceptance `calibrate --per-prompt` measured offline." if per_prompt else "."))
-    if at_speed:
+    if timeline:
+        what += (" The machine's speed moves by a quarter and more within minutes here, so the server recorded every "
+                 "decode step (a telemetry store with `steps=1`) and each run is replayed at the speed its own forwards "
+                 f"ran, window by window ({data.get('timeline_window_s', 30):g} s windows; a window's factor is the "
+                 "seconds its verifies took over what the profile prices the same verifies at: "
+                 "`simulator.speed.timeline_from_steps`; the *speed windows* column gives the lowest and highest "
+                 "factor and how many windows): one number per window for the machine's speed; acceptance, the "
+                 "controller and queueing stay the simulator's to predict. The second table predicts with one factor "
+                 "for the whole run, from the plain steps (no draft verified) of its window on `/metrics`, which three "
+                 "plain requests open and close; the third with the profile as calibrated.")
+    elif at_speed:
         what += (" The machine's speed moves by a quarter and more within minutes here, so each run also measured what "
                  "the server's plain steps (no draft verified) cost over its window (`/metrics`, drafter `none`, after "
                  "minus before; the window opens and closes with three plain requests of open prompts, so a config that "
@@ -273,8 +293,14 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
                f"--rounds {data['rounds']}{also}{flags} --profile {data['profile']} --out benchmarks/results/serve_shift.json")
     if data.get("caveat"):
         what += f" **Caveat:** {data['caveat']}"
-    tables = [table(header + (["plain step in the window"] if at_speed else []) + simulated, rows)]
-    if at_speed:
+    if timeline:
+        tables = [table(header + ["speed windows"] + simulated, rows),
+                  "At the window's mean speed (its plain steps):",
+                  table(["config", "req/s offered", "plain step"] + simulated, speed_rows),
+                  "With the profile as calibrated:", table(["config", "req/s offered"] + simulated, calibrated_rows)]
+    else:
+        tables = [table(header + (["plain step in the window"] if at_speed else []) + simulated, rows)]
+    if at_speed and not timeline:
         tables += ["With the profile as calibrated:", table(["config", "req/s offered"] + simulated, calibrated_rows)]
     return "\n\n".join(["## Served traffic through a shift", what, *tables,
                         provenance(results_dir, ["serve_shift.json"], dates, command, machine_line(data))])

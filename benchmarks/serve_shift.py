@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {"prompts": os.path.relpath(args.prompts, ROOT), "phases": args.phases, "phase_s": args.phase_s,
               "rate": args.rate, "max_tokens": args.max_tokens, "endpoint": args.endpoint, "goodput_slos": args.goodput,
               "profile": os.path.relpath(args.profile, ROOT), "calibrated_first": args.calibrate,
-              "per_prompt": args.per_prompt, "rounds": args.rounds,
+              "per_prompt": args.per_prompt, "rounds": args.rounds, "timeline_window_s": TIMELINE_WINDOW_S,
               "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                           "transformers": version("transformers"), "platform": platform.platform()},
               "runs": runs}

@@ -165,3 +165,21 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
         assert f"[{low:.2f}, {high:.2f}]" in row  # the rounds' own ratios, the second twice the first
         assert high == pytest.approx(2 * low)
         assert ("ahead in every round" in row) == (low > 1)
+
+
+def test_a_served_shift_with_speed_timelines_leads_with_the_timeline_predictions(results_copy):
+    path = results_copy / "serve_shift.json"
+    data = json.loads(path.read_text())
+    data["timeline_window_s"] = 30.0
+    for run in data["runs"]:
+        run["speed_timeline"] = [[0.0, 0.8], [30.0, 1.25]]
+        for suffix in ("", "_per_prompt"):
+            run["simulated_e2e_s" + suffix + "_timeline"] = {"p50": 1.11, "p95": 2.22}
+            run["simulator_error" + suffix + "_timeline"] = {"p50": 0.04, "p95": -0.09}
+    path.write_text(json.dumps(data))
+
+    section = make_results.render(results_copy, results_kit.dates_in(COMMITTED)).split(
+        "## Served traffic through a shift")[1].split("\n## ")[0]
+    first = section.split("At the window's mean speed")[0]
+    assert "| ×0.80-1.25 over 2 | 1.11 (+4%) | 2.22 (-9%) |" in first  # the timeline replay leads
+    assert "With the profile as calibrated:" in section and "30 s windows" in section
