@@ -316,12 +316,13 @@ def main(argv: list[str] | None = None) -> None:
                 before = scrape_plain_steps(url)
                 probe(url, args.prompts, args.endpoint)
                 report = loadgen(url, args, config, rate, r, Path(tmp) / f"{config}-{rate}-{r}.json")
+                end = time.time()
                 probe(url, args.prompts, args.endpoint)
                 after = scrape_plain_steps(url)
                 steps = after[1] - before[1]
                 run = {"round": r, "config": config, "rate": rate, **summarize(report),
                        "plain_steps": {"count": steps, "mean_s": (after[0] - before[0]) / steps if steps else None},
-                       "speed_timeline": run_timeline(store, report["origin_unix"], cost)}
+                       "speed_timeline": run_timeline(store, report["origin_unix"], cost, end)}
                 run.update(predict(run, args.profile, args.per_prompt))
                 runs.append(run)
                 print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "
