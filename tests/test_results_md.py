@@ -133,9 +133,13 @@ def test_the_corpus_test_run_renders_with_its_targets_once_its_file_exists(resul
     assert "[`benchmarks/corpus/corpus.jsonl`](corpus/corpus.jsonl)" in section
     assert "--prompts benchmarks/corpus/corpus.jsonl --split test --max-new-tokens 96" in section
     targets = section.split("Targets:")[1]
-    assert targets.count("`adaptive` / `plain`") == 3  # one per kind
+    assert targets.split("\n\nWhy ")[0].count("`adaptive` / `plain`") == 3  # one per kind
     assert "best transformers config (`hf-plain`)" in targets and "noise floor" in targets
     assert "| met |" in targets and "| **missed** |" in targets  # the open kind's interval reaches below 0.97
+    missed = [line.split(", ")[1].split(":")[0] for line in targets.splitlines()
+              if "`adaptive` / `plain`" in line and "**missed**" in line]
+    explained = [line.split(" misses on ")[1].split(":")[0] for line in targets.splitlines() if line.startswith("Why ")]
+    assert explained == missed  # every missed kind, and only those, is explained from its figures
 
 
 def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_errors(results_copy):
