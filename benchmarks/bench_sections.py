@@ -161,7 +161,7 @@ def targets_table(data: dict, block: dict) -> str:
     for kind in kinds_of(data):
         c = compare(block, "adaptive", "plain", "", kind)
         rows.append([f"`adaptive` / `plain`, {kind}: interval's lower end >= {TARGET_VS_PLAIN_LOW}",
-                     ratio_cell(c.to_dict()), met(c.low is not None and c.low >= TARGET_VS_PLAIN_LOW)])
+                     ratio_cell(c.to_dict()), met(_vs_plain_met(c))])
     peers = [n for n in data["configs"] if n.startswith("hf-")]
     if peers:
         peer_name, _ = best(data, None, fixed=False)

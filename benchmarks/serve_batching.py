@@ -134,6 +134,40 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int) -> dict
     return out
 
 
+def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], tmp: Path) -> list[dict]:
+    """Every run of the benchmark against one server (steps recorded in ``tmp`` when predicting)."""
+    port = free_port()
+    store = tmp / "steps.sqlite"  # every decode step: each run's speed window by window
+    server = start_server(port, ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk),
+                                 "--drafters", "ngram"], telemetry=f"sqlite:{store}?steps=1" if args.profile else "off")
+    cost = fit_cost_model(load_profile(args.profile)) if args.profile is not None else None
+    runs = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        # warm-up, unrecorded: the first forwards of each shape pay for kernel selection
+        loadgen(url, argparse.Namespace(**{**vars(args), "requests": min(args.requests, args.max_batch)}),
+                "static:ngram:8", args.max_batch, tmp / "warm.json")
+        for round_, (level_index, concurrency) in itertools.product(range(args.rounds), enumerate(levels)):
+            shift = (level_index + round_) % len(configs)
+            for config in configs[shift:] + configs[:shift]:
+                print(f"round {round_ + 1}/{args.rounds} · concurrency {concurrency} · {config} ...", flush=True)
+                speed = probe_speed(url, args.prompts) if args.profile is not None else None
+                report = loadgen(url, args, config, concurrency, tmp / "run.json", round_)
+                end = time.time()
+                runs.append(summarize(report, config, concurrency, round_))
+                if cost is not None:
+                    runs[-1]["speed_timeline"] = run_timeline(store, report["origin_unix"], cost, end, TIMELINE_WINDOW_S)
+                if speed is not None:  # probes open and close the run: its speed is their mean
+                    after = probe_speed(url, args.prompts)
+                    if speed[1] + after[1] > 0:
+                        runs[-1]["plain_step"] = {"mean_s": (speed[0] + after[0]) / (speed[1] + after[1]),
+                                                  "count": speed[1] + after[1]}
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    return runs
+
+
 def probe_speed(url: str, prompts: Path) -> tuple[float, float]:
     """Seconds and count of the plain steps of a few plain requests sent one at a time (``probe``):
     the machine's batch-1 speed now, read from the server's /metrics."""
@@ -194,38 +228,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"profile={str(args.profile)!r}: no such file (--calibrate writes it)")
     if args.calibrate:
         calibrate(args)
-    port = free_port()
-    tmp_dir = tempfile.TemporaryDirectory()
-    tmp = tmp_dir.name
-    store = Path(tmp) / "steps.sqlite"  # every decode step: each run's speed window by window
-    server = start_server(port, ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk),
-                                 "--drafters", "ngram"], telemetry=f"sqlite:{store}?steps=1" if args.profile else "off")
-    cost = fit_cost_model(load_profile(args.profile)) if args.profile is not None else None
-    runs = []
-    try:
-        url = f"http://127.0.0.1:{port}"
-        # warm-up, unrecorded: the first forwards of each shape pay for kernel selection
-        loadgen(url, argparse.Namespace(**{**vars(args), "requests": min(args.requests, args.max_batch)}),
-                "static:ngram:8", args.max_batch, Path(tmp) / "warm.json")
-        for round_, (level_index, concurrency) in itertools.product(range(args.rounds), enumerate(levels)):
-            shift = (level_index + round_) % len(configs)
-            for config in configs[shift:] + configs[:shift]:
-                print(f"round {round_ + 1}/{args.rounds} · concurrency {concurrency} · {config} ...", flush=True)
-                speed = probe_speed(url, args.prompts) if args.profile is not None else None
-                report = loadgen(url, args, config, concurrency, Path(tmp) / "run.json", round_)
-                end = time.time()
-                runs.append(summarize(report, config, concurrency, round_))
-                if cost is not None:
-                    runs[-1]["speed_timeline"] = run_timeline(store, report["origin_unix"], cost, end, TIMELINE_WINDOW_S)
-                if speed is not None:  # probes open and close the run: its speed is their mean
-                    after = probe_speed(url, args.prompts)
-                    if speed[1] + after[1] > 0:
-                        runs[-1]["plain_step"] = {"mean_s": (speed[0] + after[0]) / (speed[1] + after[1]),
-                                                  "count": speed[1] + after[1]}
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
-        tmp_dir.cleanup()
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = serve_runs(args, levels, configs, Path(tmp))
     for run in runs:
         if args.profile is not None:
             try:  # a run the simulator cannot replay keeps its measurements, and says why
