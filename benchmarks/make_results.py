@@ -229,7 +229,16 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
         cells = []
         for suffix in suffixes:
             sim, err = run.get("simulated_e2e_s" + suffix + speed), run.get("simulator_error" + suffix + speed)
-            cells += ["-"] * 2 if sim is None else [f"{sim[q]:.2f} ({err[q]:+.0%})" for q in ("p50", "p95")]
+            draws = run.get("simulated_e2e_s" + suffix + speed + "_seeds")
+            if sim is None:
+                cells += ["-"] * 2
+                continue
+            for q in ("p50", "p95"):
+                spread = ""
+                if draws:  # the replays' errors, lowest to highest
+                    errors = [d[q] / run["e2el_s"][q] - 1 for d in draws]
+                    spread = f"; {min(errors):+.0%} to {max(errors):+.0%}"
+                cells.append(f"{sim[q]:.2f} ({err[q]:+.0%}{spread})")
         return cells
 
     rows, calibrated_rows, speed_rows = [], [], []
@@ -264,6 +273,9 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
             + (", calibrated right before serving" if data.get("calibrated_first") else "")
             + (": *by kind* takes each request's class to be its prompt's kind (copy, open), *by prompt* its prompt, "
                "whose acceptance `calibrate --per-prompt` measured offline." if per_prompt else "."))
+    if data.get("sim_seeds", 1) > 1:
+        what += (f" The simulator draws acceptance at random, so each prediction is the median of {data['sim_seeds']} "
+                 "replays with different seeds; in brackets its error, then the lowest and highest replay's.")
     if timeline:
         what += (" The machine's speed moves by a quarter and more within minutes here, so the server recorded every "
                  "decode step (a telemetry store with `steps=1`) and each run is replayed at the speed its own forwards "
@@ -290,7 +302,9 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
     flags += f" --endpoint {data['endpoint']}" if data.get("endpoint") else ""
     command = (f".venv/bin/python -m benchmarks.serve_shift --rate {data['rate']:g} --phase-s {data['phase_s']:g} "
                f"--phases {data['phases']} "
-               f"--rounds {data['rounds']}{also}{flags} --profile {data['profile']} --out benchmarks/results/serve_shift.json")
+               f"--rounds {data['rounds']}{also}{flags}"
+               + (f" --sim-seeds {data['sim_seeds']}" if data.get("sim_seeds", 1) > 1 else "")
+               + f" --profile {data['profile']} --out benchmarks/results/serve_shift.json")
     if data.get("caveat"):
         what += f" **Caveat:** {data['caveat']}"
     if timeline:

@@ -46,6 +46,7 @@ import os
 import platform
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,7 @@ from simulator.profile import load_profile, profile_from_dict
 from simulator.speed import timeline_from_steps
 
 ROOT = Path(__file__).resolve().parents[1]
+SIM_SEEDS = 9  # replays per prediction: on a run of a few dozen requests one replay's p50 moves far from seed to seed
 CONFIGS = {"adaptive": ({"mode": "auto"}, "adaptive"),
            "static:ngram:8": ({"mode": "static", "drafter": "ngram", "k": 8}, "static:ngram:8"),
            "plain": ({"mode": "off"}, "plain")}
@@ -180,11 +182,15 @@ def at_speed(profile: str, plain_step_s: float, context: float) -> tuple[object,
 TRACE_FIELDS = ("arrival_s", "id", "class", "prompt_tokens", "output_tokens", "ok", "status", "ttft_ms", "e2el_ms")
 
 
-def predict(run: dict, profile: str, per_prompt: bool = False) -> dict:
+def predict(run: dict, profile: str, per_prompt: bool = False, seeds: int = 1) -> dict:
     """The simulator's p50/p95 end-to-end latency for the run's completed requests, and its error;
     with ``per_prompt`` also with every request's prompt as its class (``*_per_prompt``); where the
     run measured its plain steps' cost, also with the profile scaled to it (``*_at_speed``); where it
-    recorded its speed window by window, also at that speed over time (``*_timeline``)."""
+    recorded its speed window by window, also at that speed over time (``*_timeline``).
+
+    ``seeds``: the simulator draws acceptance at random, so one replay is one draw of what the
+    profile predicts; with several seeds each percentile is the median over the replays (the error is
+    that median's), and ``*_seeds`` keeps every replay's percentiles."""
     rows = [r for r in run["trace"] if r["ok"]]
     profiles = {"": profile}
     plain = run.get("plain_steps")
@@ -203,10 +209,15 @@ def predict(run: dict, profile: str, per_prompt: bool = False) -> dict:
         variants = [(name, chosen, None) for name, chosen in profiles.items()]
         variants += [("_timeline", profile, timeline)] if timeline else []
         for speed, chosen, points in variants:
-            predicted = simulate_trace(replay, chosen, CONFIGS[run["config"]][1], run["round"], speed=points)["e2e_s"]
+            # seed = the round for one replay, as every result before seeds were added was simulated
+            draws = [simulate_trace(replay, chosen, CONFIGS[run["config"]][1], run["round"] * seeds + i,
+                                    speed=points)["e2e_s"] for i in range(seeds)]
+            predicted = {q: float(statistics.median(d[q] for d in draws)) for q in ("p50", "p95")}
             measured = run["e2el_s"]
             out["simulated_e2e_s" + suffix + speed] = predicted
             out["simulator_error" + suffix + speed] = {q: (predicted[q] - measured[q]) / measured[q] for q in ("p50", "p95")}
+            if seeds > 1:
+                out["simulated_e2e_s" + suffix + speed + "_seeds"] = draws
     return out
 
 
@@ -262,12 +273,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=output_path, required=True)
     parser.add_argument("--per-prompt", action="store_true", help="also predict with each request's prompt as its "
                         "class (the profile needs `calibrate --per-prompt` classes)")
+    parser.add_argument("--sim-seeds", type=int, default=SIM_SEEDS, help="replay each run this many times with "
+                        "different simulator seeds; a prediction is the median (one replay is one random draw of "
+                        "acceptance)")
     parser.add_argument("--calibrate", action="store_true", help="first calibrate --profile (per prompt) on --prompts")
     parser.add_argument("--resimulate", type=Path, help="only redo the simulator's predictions of this result file "
                         "with --profile (e.g. one calibrated on the machine that served), writing --out")
     args = parser.parse_args(argv)
     for name, value in (("rate", args.rate), ("phase_s", args.phase_s), ("max_tokens", args.max_tokens),
-                        ("rounds", args.rounds), *(("also_rate", r) for r in args.also_rate)):
+                        ("rounds", args.rounds), ("sim_seeds", args.sim_seeds), *(("also_rate", r) for r in args.also_rate)):
         if not value > 0:
             parser.error(f"{name}={value}: must be > 0")
     try:
@@ -288,11 +302,12 @@ def main(argv: list[str] | None = None) -> None:
         result = json.loads(args.resimulate.read_text())
         try:
             for run in result["runs"]:
-                run.update(predict(run, args.profile, args.per_prompt))
+                run.update(predict(run, args.profile, args.per_prompt, args.sim_seeds))
         except (KeyError, TypeError, ValueError) as exc:
             parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_shift result this can replay ({exc})")
         result["profile"] = os.path.relpath(args.profile, ROOT)
         result["per_prompt"] = args.per_prompt
+        result["sim_seeds"] = args.sim_seeds
         write_json_atomic(args.out, result, "out")
         print(f"wrote {args.out}")
         return
@@ -323,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
                 run = {"round": r, "config": config, "rate": rate, **summarize(report),
                        "plain_steps": {"count": steps, "mean_s": (after[0] - before[0]) / steps if steps else None},
                        "speed_timeline": run_timeline(store, report["origin_unix"], cost, end)}
-                run.update(predict(run, args.profile, args.per_prompt))
+                run.update(predict(run, args.profile, args.per_prompt, args.sim_seeds))
                 runs.append(run)
                 print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "
                       f"{run['goodput_rps']} req/s", flush=True)
@@ -347,7 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     result = {"prompts": os.path.relpath(args.prompts, ROOT), "phases": args.phases, "phase_s": args.phase_s,
               "rate": args.rate, "max_tokens": args.max_tokens, "endpoint": args.endpoint, "goodput_slos": args.goodput,
               "profile": os.path.relpath(args.profile, ROOT), "calibrated_first": args.calibrate,
-              "per_prompt": args.per_prompt, "rounds": args.rounds, "timeline_window_s": TIMELINE_WINDOW_S,
+              "per_prompt": args.per_prompt, "sim_seeds": args.sim_seeds, "rounds": args.rounds, "timeline_window_s": TIMELINE_WINDOW_S,
               "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                           "transformers": version("transformers"), "platform": platform.platform()},
               "runs": runs}

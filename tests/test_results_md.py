@@ -187,3 +187,21 @@ def test_a_served_shift_with_speed_timelines_leads_with_the_timeline_predictions
     first = section.split("At the window's mean speed")[0]
     assert "| ×0.80-1.25 over 2 | 1.11 (+4%) | 2.22 (-9%) |" in first  # the timeline replay leads
     assert "With the profile as calibrated:" in section and "30 s windows" in section
+
+
+def test_a_served_shift_predicted_over_several_seeds_shows_the_replays_spread(results_copy):
+    path = results_copy / "serve_shift.json"
+    data = json.loads(path.read_text())
+    data["sim_seeds"] = 3
+    for run in data["runs"]:
+        measured = run["e2el_s"]
+        run["simulated_e2e_s_timeline_seeds"] = [{q: measured[q] * f for q in ("p50", "p95")} for f in (0.7, 1.0, 1.2)]
+        run["simulated_e2e_s_timeline"] = {q: measured[q] for q in ("p50", "p95")}
+        run["simulator_error_timeline"] = {"p50": 0.0, "p95": 0.0}
+    path.write_text(json.dumps(data))
+
+    section = make_results.render(results_copy, results_kit.dates_in(COMMITTED)).split(
+        "## Served traffic through a shift")[1].split("\n## ")[0]
+    assert "median of 3 replays" in section and "--sim-seeds 3" in section
+    first = section.split("At the window's mean speed")[0]
+    assert first.count("(+0%; -30% to +20%)") == 2 * len(data["runs"])  # p50 and p95 of every run, by kind

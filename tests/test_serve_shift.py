@@ -80,3 +80,22 @@ def test_a_runs_timeline_is_read_from_the_servers_step_store(tmp_path, monkeypat
     points = serve_shift.run_timeline(store, origin, cost)
     assert [t for t, _ in points] == [0.0, 30.0, 60.0]
     assert [f for _, f in points] == pytest.approx([1.0, 1.0, 1.25])
+
+
+def test_a_prediction_over_several_seeds_is_the_median_of_its_replays():
+    import statistics
+
+    from benchmarks.serve_shift import predict
+
+    trace = [{"arrival_s": 4.0 * i, "id": f"p{i}", "class": "copy" if i % 2 else "open", "prompt_tokens": 60,
+              "output_tokens": 40, "ok": True, "status": "ok", "ttft_ms": 200.0, "e2el_ms": 3000.0} for i in range(12)]
+    run = {"config": "adaptive", "round": 0, "trace": trace, "e2el_s": {"p50": 2.0, "p95": 4.0}}
+    one = predict(run, PROFILE)
+    assert "simulated_e2e_s_seeds" not in one  # one replay: nothing to spread
+    many = predict(run, PROFILE, seeds=5)
+    draws = many["simulated_e2e_s_seeds"]
+    assert len(draws) == 5 and draws[0] == one["simulated_e2e_s"]  # seed 0 of round 0 is the one replay's
+    assert len({d["p50"] for d in draws}) > 1  # acceptance is drawn: the replays differ
+    for q in ("p50", "p95"):
+        assert many["simulated_e2e_s"][q] == statistics.median(d[q] for d in draws)
+        assert many["simulator_error"][q] == pytest.approx(many["simulated_e2e_s"][q] / run["e2el_s"][q] - 1)
