@@ -39,6 +39,7 @@ from adaptive_spec.config import GenerationConfig
 from adaptive_spec.decoder import SpeculativeDecoder
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.verifier import verify_greedy
+from policies.outcome import PLAIN
 from policies.static import StaticPolicy
 
 PREFILL_LENGTHS = (16, 32, 64, 128, 256, 512)
@@ -149,9 +150,10 @@ def time_drafters(decoder: SpeculativeDecoder, context_ids: list[int], repeats: 
 
 
 def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_new_tokens: int,
-                       per_prompt: bool = False) -> dict:
+                       per_prompt: bool = False, streams: dict | None = None) -> dict:
     """Per class and drafter: conditional per-position acceptance and hit rate; the classes are the
-    prompts' kinds, and with ``per_prompt`` also their ids."""
+    prompts' kinds, and with ``per_prompt`` also their ids. ``streams``, when given, receives each
+    prompt's tokens and its greedy answer's by prompt id (``record_streams``' form), from the same runs."""
     if per_prompt:
         check_per_prompt(prompts)
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
@@ -165,6 +167,9 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
             # a traffic key per drafter: the suffix drafter's history then holds its own runs' answers
             # to the prompts before this one, never another drafter's answer to this very prompt
             result = decoder.generate(prompt.prompt, cfg, policy=StaticPolicy(name, ACCEPTANCE_K), key=f"calibrate:{name}")
+            if streams is not None:  # greedy and lossless: every drafter's answer is plain decoding's
+                streams.setdefault(prompt.id, {"prompt": decoder.encode_prompt(prompt.prompt),
+                                               "output": list(result.token_ids)})
             classes = (prompt.kind, prompt.id) if per_prompt else (prompt.kind,)
             for step in result.steps:
                 if step.k < ACCEPTANCE_K:
@@ -216,6 +221,15 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
     return dict(out)
 
 
+def record_streams(decoder: SpeculativeDecoder, prompts: list[Prompt], max_new_tokens: int) -> dict:
+    """Each prompt's token ids and its greedy answer's (plain decoding), by prompt id: a profile's
+    ``streams``, on which the simulator runs prompt lookup as the engine does."""
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens)
+    return {p.id: {"prompt": decoder.encode_prompt(p.prompt),
+                   "output": list(decoder.generate(p.prompt, cfg, policy=StaticPolicy(PLAIN, 0)).token_ids)}
+            for p in prompts}
+
+
 def check_per_prompt(prompts: list[Prompt], source: object = "the prompts") -> None:
     """With a class per prompt id beside the kinds, no id may also be a kind."""
     clash = sorted({p.id for p in prompts} & {p.kind for p in prompts})
@@ -260,7 +274,8 @@ def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int =
     context = decoder.encode_prompt(prompts[0].prompt)
     draft = time_drafters(decoder, context, repeats)
     say("acceptance")
-    acceptance = measure_acceptance(decoder, prompts, max_new_tokens, per_prompt)
+    streams: dict | None = {} if per_prompt else None  # a class per prompt: its tokens too
+    acceptance = measure_acceptance(decoder, prompts, max_new_tokens, per_prompt, streams)
     decoder.target.reset()
     return {
         "format": "adaptive-spec-profile/1",
@@ -279,4 +294,5 @@ def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int =
         "verify": verify,
         "draft": draft,
         "acceptance": acceptance,
+        **({"streams": streams} if streams else {}),
     }

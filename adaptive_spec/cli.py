@@ -282,6 +282,9 @@ def calibrate(
                                     "(to replay a trace that records each request's prompt)."),
     batch_sizes: Optional[str] = typer.Option(None, "--batch-sizes", help="Comma-separated row counts (>= 2) at which to "
                                               "also time the batched engine's step, for the simulator's batching mode."),
+    streams_only: bool = typer.Option(False, "--streams-only", help="Only record each prompt's tokens and greedy "
+                                      "answer into the existing --out profile's `streams` (no timing; costs and "
+                                      "acceptance kept, so a run predicted with the profile still lines up)."),
     device: str = typer.Option("auto"),
     dtype: str = typer.Option("float32"),
 ) -> None:
@@ -296,8 +299,17 @@ def calibrate(
     if per_prompt:
         check_per_prompt(rows, prompts)
     check_writable(out, "out")
+    existing = _profile_for_streams(out, rows) if streams_only else None
     torch_device, torch_dtype, names = _runtime_and_drafters(device, dtype, drafters, "drafters")
     decoder = _load_decoder(model, names, torch_device, torch_dtype, None)
+    if existing is not None:
+        from adaptive_spec.calibrate import record_streams
+
+        with err.status(f"recording {len(rows)} prompts' greedy answers ..."):
+            existing["streams"] = record_streams(decoder, rows, max_new_tokens)
+        write_json_atomic(out, existing, "out")
+        err.print(f"wrote streams of {len(rows)} prompts into {out}", soft_wrap=True)
+        return
     with err.status("calibrating ...") as status:
         profile = run_calibration(decoder, rows, repeats, max_new_tokens, progress=lambda m: status.update(f"calibrating: {m}"),
                                   per_prompt=per_prompt, batch_sizes=sizes)
@@ -307,6 +319,26 @@ def calibrate(
     err.print(f"plain step {plain * 1000:.1f} ms; acceptance classes: {shown}", soft_wrap=True)
     write_json_atomic(out, profile, "out")
     err.print(f"wrote {out}", soft_wrap=True)
+
+
+def _profile_for_streams(out: Path, rows: list) -> dict:
+    """The profile ``--streams-only`` adds to: it must exist, load, and have a class per prompt id."""
+    import json
+
+    from simulator.profile import profile_from_dict
+
+    if not out.is_file():
+        raise InvalidParameterError("out", str(out), "--streams-only adds to an existing profile: no such file")
+    try:
+        raw = json.loads(out.read_text(encoding="utf-8"))
+        profile = profile_from_dict(raw, str(out))
+    except ValueError as exc:  # JSONDecodeError included
+        raise InvalidParameterError("out", str(out), f"not a profile ({exc})") from None
+    missing = sorted({r.id for r in rows} - set(profile.acceptance))
+    if missing:
+        raise InvalidParameterError("out", str(out), f"has no class for prompt id {missing[0]!r}: calibrate it with "
+                                    "--per-prompt on these prompts first")
+    return raw
 
 
 def _batch_sizes(raw: str | None) -> list[int]:

@@ -273,6 +273,11 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
             + (", calibrated right before serving" if data.get("calibrated_first") else "")
             + (": *by kind* takes each request's class to be its prompt's kind (copy, open), *by prompt* its prompt, "
                "whose acceptance `calibrate --per-prompt` measured offline." if per_prompt else "."))
+    if data.get("profile_streams") and per_prompt:
+        what += (" The profile also holds each prompt's tokens and greedy answer (`calibrate --streams-only`), so *by "
+                 "prompt* the simulator runs the engine's prompt lookup on them instead of drawing its acceptance, "
+                 f"with each request's budget of {data['max_tokens']} tokens (an answer that ends sooner leaves the last "
+                 "drafts running past its end, as in the engine).")
     if data.get("sim_seeds", 1) > 1:
         what += (f" The simulator draws acceptance at random, so each prediction is the median of {data['sim_seeds']} "
                  "replays with different seeds; in brackets its error, then the lowest and highest replay's.")

@@ -182,7 +182,7 @@ def at_speed(profile: str, plain_step_s: float, context: float) -> tuple[object,
 TRACE_FIELDS = ("arrival_s", "id", "class", "prompt_tokens", "output_tokens", "ok", "status", "ttft_ms", "e2el_ms")
 
 
-def predict(run: dict, profile: str, per_prompt: bool = False, seeds: int = 1) -> dict:
+def predict(run: dict, profile: str, per_prompt: bool = False, seeds: int = 1, max_tokens: int | None = None) -> dict:
     """The simulator's p50/p95 end-to-end latency for the run's completed requests, and its error;
     with ``per_prompt`` also with every request's prompt as its class (``*_per_prompt``); where the
     run measured its plain steps' cost, also with the profile scaled to it (``*_at_speed``); where it
@@ -190,8 +190,9 @@ def predict(run: dict, profile: str, per_prompt: bool = False, seeds: int = 1) -
 
     ``seeds``: the simulator draws acceptance at random, so one replay is one draw of what the
     profile predicts; with several seeds each percentile is the median over the replays (the error is
-    that median's), and ``*_seeds`` keeps every replay's percentiles."""
-    rows = [r for r in run["trace"] if r["ok"]]
+    that median's), and ``*_seeds`` keeps every replay's percentiles. ``max_tokens``: the budget the
+    requests were sent with (an answer that ends sooner leaves the engine drafting past its end)."""
+    rows = [{**r, "max_tokens": max_tokens} if max_tokens else r for r in run["trace"] if r["ok"]]
     profiles = {"": profile}
     plain = run.get("plain_steps")
     out = {}
@@ -302,12 +303,13 @@ def main(argv: list[str] | None = None) -> None:
         result = json.loads(args.resimulate.read_text())
         try:
             for run in result["runs"]:
-                run.update(predict(run, args.profile, args.per_prompt, args.sim_seeds))
+                run.update(predict(run, args.profile, args.per_prompt, args.sim_seeds, result.get("max_tokens")))
         except (KeyError, TypeError, ValueError) as exc:
             parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_shift result this can replay ({exc})")
         result["profile"] = os.path.relpath(args.profile, ROOT)
         result["per_prompt"] = args.per_prompt
         result["sim_seeds"] = args.sim_seeds
+        result["profile_streams"] = bool(load_profile(args.profile).streams)
         write_json_atomic(args.out, result, "out")
         print(f"wrote {args.out}")
         return
@@ -338,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
                 run = {"round": r, "config": config, "rate": rate, **summarize(report),
                        "plain_steps": {"count": steps, "mean_s": (after[0] - before[0]) / steps if steps else None},
                        "speed_timeline": run_timeline(store, report["origin_unix"], cost, end)}
-                run.update(predict(run, args.profile, args.per_prompt, args.sim_seeds))
+                run.update(predict(run, args.profile, args.per_prompt, args.sim_seeds, args.max_tokens))
                 runs.append(run)
                 print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "
                       f"{run['goodput_rps']} req/s", flush=True)
@@ -362,7 +364,8 @@ def main(argv: list[str] | None = None) -> None:
     result = {"prompts": os.path.relpath(args.prompts, ROOT), "phases": args.phases, "phase_s": args.phase_s,
               "rate": args.rate, "max_tokens": args.max_tokens, "endpoint": args.endpoint, "goodput_slos": args.goodput,
               "profile": os.path.relpath(args.profile, ROOT), "calibrated_first": args.calibrate,
-              "per_prompt": args.per_prompt, "sim_seeds": args.sim_seeds, "rounds": args.rounds, "timeline_window_s": TIMELINE_WINDOW_S,
+              "per_prompt": args.per_prompt, "sim_seeds": args.sim_seeds,
+              "profile_streams": bool(load_profile(args.profile).streams), "rounds": args.rounds, "timeline_window_s": TIMELINE_WINDOW_S,
               "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                           "transformers": version("transformers"), "platform": platform.platform()},
               "runs": runs}

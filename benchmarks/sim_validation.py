@@ -108,7 +108,8 @@ def simulate_trace(trace: list[dict], profile: str | Path | Profile, policy_spec
     they are, no file in between.
     """
     classes = sorted({r["class"] for r in trace})
-    rows = [{k: r[k] for k in ("arrival_s", "class", "prompt_tokens", "output_tokens")} for r in trace]
+    rows = [{k: r[k] for k in ("arrival_s", "class", "prompt_tokens", "output_tokens", "max_tokens") if k in r}
+            for r in trace]
     scenario = scenario_from_dict({
         "name": "validation", "seed": seed,
         "profile": profile if isinstance(profile, Profile) else str(Path(profile).resolve()),

@@ -47,7 +47,7 @@ import zlib
 from policies.batch_cap import BatchDraftCap
 from policies.session import StepPlan
 from simulator.cost_model import forward_verify_s
-from simulator.replica import NO_TOKENS, Replica
+from simulator.replica import Replica
 
 
 class BatchingReplica(Replica):
@@ -105,13 +105,14 @@ class BatchingReplica(Replica):
             bound = [not session.policy.stateless for _, session, _ in running]
             cap = self.draft_cap.choose(len(running)) if self.draft_cap is not None and any(bound) else None
             for (request, session, _), capped in zip(running, bound):
-                plan = session.plan(request.generated, NO_TOKENS)  # 2
+                tokens = self.tokens(request)
+                plan = session.plan(request.generated, tokens)  # 2
                 k = min(plan.k, cap) if cap is not None and capped else plan.k
                 if k == plan.k:
-                    draft = drafts.draw(request.klass, session, plan)  # 3
+                    draft = drafts.draw(request.klass, session, plan, tokens)  # 3
                 else:  # drafted to the cap; the policy still learns the step as planned, as in the engine
                     drawn = StepPlan(plan.action, plan.drafter, k, plan.gate, plan.early_stop, plan.generated)
-                    draft = drafts.draw(request.klass, session, drawn)
+                    draft = drafts.draw(request.klass, session, drawn, tokens)
                     plan.skipped = drawn.skipped
                 if k > 0:
                     looked_up.setdefault(plan.drafter, []).append(draft.looked_up)
@@ -163,7 +164,7 @@ class BatchingReplica(Replica):
             outcome = session.finish(plan, draft.proposed, draft.accepted, emitted, self.last_draft_s,
                                      self.last_verify_s, context, first_token_right=draft.first_token_right,
                                      match_order=draft.match_order, match_ambiguous=draft.ambiguous,
-                                     timestamp=self.env.now)
+                                     timestamp=self.env.now, context=self.tokens(request, emitted) or None)
             self.hooks.on_step(outcome, batch)
             self.account(request, draft, emitted)
             seq[2] = context + emitted

@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import NamedTuple
 
+from policies.lookup import DRAFTER as LOOKUP
+from policies.lookup import PromptLookup
 from policies.session import DecodeSession, StepPlan
-from simulator.entities import RequestClass
+from policies.shadow import ShadowDrafts
+from simulator.entities import Request, RequestClass
 
 
 class Draft(NamedTuple):
@@ -81,25 +84,51 @@ class ProfileDrafts:
     kind of match is drawn first (or none: a miss), the gate keeps a prefix, then acceptance is
     drawn per position for that kind. Otherwise the drafter proposes ``k`` tokens with the
     profile's hit rate and each is accepted with the per-position probability.
+
+    Where the class has a recorded token stream (its prompt and greedy answer: a profile's
+    ``streams``) that covers the request, nothing about prompt lookup is drawn: the lookup runs on
+    the tokens so far, as the engine's does, the gate cuts what it found, and the draft's accepted
+    prefix is what matches the answer; shadow drafts are the engine's own (``policies.shadow``).
+    A profile's per-position rates average over where in an answer the drafts fell, and with the
+    controller choosing when and how long to draft, where they fall is what decides a request.
     """
 
     def __init__(self, classes: dict[str, RequestClass], rand: Callable[[], float]) -> None:
         self.table, self.rand = AcceptanceTable(classes), rand
+        # classes whose lookups run on their recorded tokens (the lookup must be one of their drafters)
+        self.streams = {name: c.stream for name, c in classes.items() if c.stream is not None and LOOKUP in c.acceptance}
+        self.lookup = PromptLookup()
 
     def gated(self, klass: str) -> Collection[str]:
-        """Drafters of ``klass`` whose drafts go through the policy's match gate."""
-        return self.table.match_kinds(klass).keys()
+        """Drafters of ``klass`` whose drafts go through the policy's match gate: those with match
+        kinds, and the lookup where it runs on recorded tokens (the engine gates every lookup)."""
+        kinds = self.table.match_kinds(klass).keys()
+        return kinds | {LOOKUP} if klass in self.streams else kinds
 
-    def shadows(self, klass: str, policy) -> ShadowDraws:
+    def tokens(self, request: Request, ahead: int = 0) -> list[int] | tuple[()]:
+        """The request's token ids so far (and ``ahead`` more) where its class's stream covers the
+        whole request; else ``()``: drafts are drawn."""
+        stream = self.streams.get(request.klass)
+        if stream is None or request.output_tokens > len(stream.output):
+            return ()
+        return [*stream.prompt, *stream.output[:request.generated + ahead]]
+
+    def shadows(self, klass: str, policy, request: Request | None = None) -> ShadowDraws | ShadowDrafts:
         """The shadow drafts of one request of ``klass`` (its lookups, as the engine runs them)."""
-        return ShadowDraws(self.table, self.rand, klass, policy, self.gated(klass))
+        if request is not None and self.tokens(request):
+            return ShadowDrafts([self.lookup], policy)
+        return ShadowDraws(self.table, self.rand, klass, policy, self.table.match_kinds(klass).keys())
 
-    def draw(self, klass: str, session: DecodeSession, plan: StepPlan) -> Draft:
+    def draw(self, klass: str, session: DecodeSession, plan: StepPlan, context=()) -> Draft:
+        """The step's draft; ``context``: the request's tokens so far (``tokens``), or ``()``."""
         if plan.k == 0:
             return PLAIN_DRAFT
+        if context and plan.drafter == LOOKUP:
+            return self._looked_up(self.streams[klass].output, session, plan, context)
         rand = self.rand
-        if plan.gate is not None:
-            match = _match_kind(self.table.match_kinds(klass).get(plan.drafter), rand())
+        kinds = self.table.match_kinds(klass).get(plan.drafter) if plan.gate is not None else None
+        if kinds is not None:
+            match = _match_kind(kinds, rand())
             if match is None:
                 return PLAIN_DRAFT  # no match: the lookup ran, found nothing, a plain-cost step
             order, ambiguous, probs = match
@@ -110,6 +139,22 @@ class ProfileDrafts:
         probs, hit_rate = self.table.get(klass, plan.drafter, plan.k)
         proposed = plan.k if hit_rate >= 1.0 or rand() < hit_rate else 0
         return Draft(proposed, _accepted(probs, proposed, rand), None, False, False, proposed)
+
+    def _looked_up(self, answer: tuple[int, ...], session: DecodeSession, plan: StepPlan, context: list[int]) -> Draft:
+        """The engine's step on the recorded answer: look up, let the gate cut, accept the prefix
+        that matches what greedy decoding produces next."""
+        tokens, order, ambiguous = self.lookup.lookup(context, plan.k)
+        if not tokens:
+            return PLAIN_DRAFT  # no match: the lookup ran, found nothing, a plain-cost step
+        # a draft may run past the answer's end (the budget is the request's, not its length)
+        following = answer[plan.generated:plan.generated + len(tokens)]
+        keep = session.cut(plan, len(tokens), order, ambiguous)
+        if keep == 0:
+            return Draft(0, 0, order, ambiguous, tokens[0] == following[0], plan.k)
+        accepted, known = 0, min(keep, len(following))
+        while accepted < known and tokens[accepted] == following[accepted]:
+            accepted += 1
+        return Draft(keep, accepted, order, ambiguous, False, plan.k)
 
 
 def _match_kind(kinds: tuple, u: float) -> tuple | None:

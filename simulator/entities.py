@@ -23,8 +23,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from simulator.acceptance import AcceptanceProfile
 from simulator.lengths import LengthDist
+
+if TYPE_CHECKING:
+    from simulator.profile import TokenStream
 
 NOT_YET = math.nan  # a time stamp that has not happened (yet, or ever: the run ended first)
 
@@ -38,6 +43,9 @@ class RequestClass:
     output_tokens: LengthDist  # output length distribution (tokens to generate, first one included)
     acceptance: dict[str, AcceptanceProfile] = field(default_factory=dict)  # drafter -> profile
     key: str = ""  # traffic key handed to policies in StepOutcome.key; defaults to the class name
+    # the class's prompt and greedy answer as token ids (a profile's ``streams``): where present,
+    # prompt lookup is run on them instead of drawn from ``acceptance`` (simulator/drafts.py)
+    stream: TokenStream | None = None
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -61,6 +69,9 @@ class Request:
     steps: int = 0  # decode steps taken (prefill not counted)
     proposed: int = 0  # draft tokens proposed over all steps
     accepted: int = 0  # draft tokens accepted over all steps
+    # the token budget the request was sent with (0: unknown, the output's length stands in); an
+    # answer that ends before it (end of sequence) leaves the engine drafting past its end
+    max_tokens: int = 0
 
     @property
     def done(self) -> bool:

@@ -14,6 +14,8 @@ Sections:
                   to 1; a plain decode step is ``tokens = 1``)
 - ``draft``       ``{"<drafter>": {"per_token_s": s, "per_call_s": s0, "batched": true}}``
 - ``acceptance``  ``{"<class>": {"<drafter>": {"rate": a} | {"per_position": [...], "hit_rate": h}}}``
+- ``streams``     ``{"<class>": {"prompt": [ids], "output": [ids]}}``: a prompt's tokens and its greedy
+                  answer's, on which the simulator runs prompt lookup itself (``simulator/drafts.py``)
 - ``metadata``    free-form: model, device, date, engine version; ``illustrative: true`` marks
                   numbers that were not measured.
 """
@@ -52,6 +54,14 @@ class DraftCost:
 
 
 @dataclass(frozen=True)
+class TokenStream:
+    """One prompt's token ids and its greedy answer's: lookups on them are the engine's lookups."""
+
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Profile:
     """Measured costs and acceptance of one engine on one device."""
 
@@ -60,6 +70,7 @@ class Profile:
     draft: dict[str, DraftCost] = field(default_factory=dict)
     acceptance: dict[str, dict[str, AcceptanceProfile]] = field(default_factory=dict)  # class -> drafter -> profile
     metadata: dict = field(default_factory=dict)
+    streams: dict[str, TokenStream] = field(default_factory=dict)  # class -> its recorded tokens
 
     @property
     def drafters(self) -> list[str]:
@@ -122,7 +133,7 @@ def profile_from_dict(raw: object, source: str = "profile") -> Profile:
     fmt = raw.get("format", FORMAT)
     if fmt != FORMAT:
         raise ValueError(f"{source}: format must be {FORMAT!r}, got format={fmt!r}")
-    known = {"format", "metadata", "prefill", "verify", "draft", "acceptance"}
+    known = {"format", "metadata", "prefill", "verify", "draft", "acceptance", "streams"}
     for key in raw:
         if key not in known:
             raise ValueError(f"{source}: {key} is not a known field (known: {', '.join(sorted(known))})")
@@ -159,4 +170,25 @@ def profile_from_dict(raw: object, source: str = "profile") -> Profile:
     metadata = raw.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ValueError(f"{source}: metadata must be an object, got {metadata!r}")
-    return Profile(tuple(prefill), tuple(verify), draft, acceptance, metadata)
+    return Profile(tuple(prefill), tuple(verify), draft, acceptance, metadata, _streams(raw.get("streams"), source))
+
+
+def _streams(raw: object, source: str) -> dict[str, TokenStream]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source}: streams must map class names to {{prompt, output}}, got {type(raw).__name__}")
+    out = {}
+    for klass, spec in raw.items():
+        path = f"{source}: streams.{klass}"
+        if not isinstance(spec, dict) or set(spec) != {"prompt", "output"}:
+            raise ValueError(f"{path} must be an object with exactly prompt and output, got {spec!r:.80}")
+        lists = []
+        for name in ("prompt", "output"):
+            ids = spec[name]
+            if (not isinstance(ids, list) or not ids
+                    or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)):
+                raise ValueError(f"{path}.{name} must be a non-empty list of token ids (integers >= 0)")
+            lists.append(tuple(ids))
+        out[klass] = TokenStream(*lists)
+    return out

@@ -7,6 +7,8 @@ a list of rows, one per request, each with
     class          request class name, which must be a class of the scenario
     prompt_tokens  prompt length in tokens (>= 1)
     output_tokens  tokens generated (>= 1)
+    max_tokens     optional: the budget the request was sent with (>= output_tokens); an answer
+                   that ended sooner leaves the engine's last drafts running past its end
 
 ``read_trace_jsonl`` reads such rows from a JSON-lines file. ``requests_from_rows`` takes rows
 from anywhere - a JSONL file, or ``sqlite3`` rows of the telemetry store turned into dicts - so the
@@ -76,12 +78,15 @@ def requests_from_rows(
                 raise ValueError(f"trace row {i}: {name} must be an integer >= 1, got {value!r}")
         if isinstance(arrival, bool) or not isinstance(arrival, (int, float)):
             raise ValueError(f"trace row {i}: arrival_s must be a number, got {arrival!r}")
-        parsed.append((float(arrival), klass, prompt, output))
+        budget = row.get("max_tokens", 0)
+        if budget and (isinstance(budget, bool) or not isinstance(budget, int) or budget < output):
+            raise ValueError(f"trace row {i}: max_tokens must be an integer >= output_tokens ({output}), got {budget!r}")
+        parsed.append((float(arrival), klass, prompt, output, budget or 0))
     parsed.sort(key=lambda r: r[0])
     origin = parsed[0][0] if parsed else 0.0
     return [
-        Request(i, klass, prompt, output, (arrival - origin) / time_scale)
-        for i, (arrival, klass, prompt, output) in enumerate(parsed)
+        Request(i, klass, prompt, output, (arrival - origin) / time_scale, max_tokens=budget)
+        for i, (arrival, klass, prompt, output, budget) in enumerate(parsed)
     ]
 
 
@@ -90,5 +95,5 @@ def write_trace_jsonl(requests: Iterable[Request], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         for r in requests:
             row = {"arrival_s": r.arrival_s, "class": r.klass, "prompt_tokens": r.prompt_tokens,
-                   "output_tokens": r.output_tokens}
+                   "output_tokens": r.output_tokens, **({"max_tokens": r.max_tokens} if r.max_tokens else {})}
             handle.write(json.dumps(row) + "\n")

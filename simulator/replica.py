@@ -8,7 +8,8 @@ Each request is served through the step protocol the engine uses (``policies.ses
 
     1. plan:     session.plan(generated)      policy.decide(), capped to the budget, gate's max_k
     2. draw:     drafts.draw(class, plan)     proposed and accepted from the class's profile; the
-                                              match gate cuts a lookup's draft (simulator/drafts.py)
+                                              match gate cuts a lookup's draft (simulator/drafts.py);
+                                              with a recorded stream, the lookup runs on its tokens
     3. cost:     draft_s + verify_s from the fitted cost model
     4. advance:  yield env.timeout(draft_s + verify_s)   (one event per step)
     5. finish:   session.finish(...)          the StepOutcome; the policy learns; hooks.on_step
@@ -90,8 +91,13 @@ class Replica:
         key = self.classes[request.klass].key
         policy = self.policy_for(key)
         shadows = getattr(self.drafts, "shadows", None)  # a scripted draw source may have none
-        return DecodeSession(policy, request.output_tokens, key=key, gated=self.drafts.gated(request.klass),
-                             shadow=shadows(request.klass, policy) if shadows is not None else None)
+        return DecodeSession(policy, request.max_tokens or request.output_tokens, key=key, gated=self.drafts.gated(request.klass),
+                             shadow=shadows(request.klass, policy, request) if shadows is not None else None)
+
+    def tokens(self, request: Request, ahead: int = 0):
+        """The request's token ids so far where the draw source runs lookups on them (``ProfileDrafts.tokens``)."""
+        tokens = getattr(self.drafts, "tokens", None)
+        return tokens(request, ahead) if tokens is not None else NO_TOKENS
 
     def policy_for(self, key: str):
         """The controller of the request about to start (the batching replica leases one per sequence)."""
@@ -127,15 +133,17 @@ class SerialReplica(Replica):
             klass = request.klass
             context = request.prompt_tokens + 1
             while request.generated < request.output_tokens:
-                plan = session.plan(request.generated, NO_TOKENS)  # 1
-                draft = drafts.draw(klass, session, plan)  # 2
+                tokens = self.tokens(request)
+                plan = session.plan(request.generated, tokens)  # 1
+                draft = drafts.draw(klass, session, plan, tokens)  # 2
                 draft_s = self.draft_s(plan.drafter, plan.k, draft)  # 3
                 verify_s = cost.verify_s(draft.proposed + 1, context)
                 yield env.timeout(draft_s + verify_s)  # 4
                 emitted = min(draft.accepted + 1, request.output_tokens - request.generated)
                 outcome = session.finish(plan, draft.proposed, draft.accepted, emitted, draft_s, verify_s, context,  # 5
                                          first_token_right=draft.first_token_right, match_order=draft.match_order,
-                                         match_ambiguous=draft.ambiguous, timestamp=env.now)
+                                         match_ambiguous=draft.ambiguous, timestamp=env.now,
+                                         context=self.tokens(request, emitted) or None)
                 hooks.on_step(outcome, 1)
                 self.account(request, draft, emitted)
                 context += emitted

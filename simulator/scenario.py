@@ -38,6 +38,7 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from policies.lookup import DRAFTER as LOOKUP
 from simulator.acceptance import acceptance_from_dict
 from simulator.arrivals import arrival_process_from_dict
 from simulator.entities import RequestClass
@@ -221,7 +222,8 @@ def _classes(raw: object, profile: Profile) -> dict[str, RequestClass]:
         spec = _mapping(spec, path)
         _only(spec, ("prompt_tokens", "output_tokens", "acceptance", "key"), path)
         acceptance = dict(profile.acceptance.get(name, {}))  # measured first, the scenario may override
-        for drafter, a in _mapping(spec.get("acceptance") or {}, f"{path}.acceptance").items():
+        overrides = _mapping(spec.get("acceptance") or {}, f"{path}.acceptance")
+        for drafter, a in overrides.items():
             acceptance[drafter] = acceptance_from_dict(a, f"{path}.acceptance.{drafter}")
         out[name] = RequestClass(
             name,
@@ -229,6 +231,8 @@ def _classes(raw: object, profile: Profile) -> dict[str, RequestClass]:
             length_dist_from_dict(_required(spec, "output_tokens", path), f"{path}.output_tokens"),
             acceptance,
             str(spec.get("key") or name),
+            # an acceptance the scenario sets for the lookup is a what-if the recorded tokens would overrule
+            None if LOOKUP in overrides else profile.streams.get(name),
         )
     return out
 

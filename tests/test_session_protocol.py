@@ -112,7 +112,7 @@ class ScriptedDrafts:
     def gated(self, klass):
         return ("ngram",)
 
-    def draw(self, klass, session: DecodeSession, plan) -> Draft:
+    def draw(self, klass, session: DecodeSession, plan, context=()) -> Draft:
         if plan.k == 0:
             return PLAIN_DRAFT
         available, right, order, ambiguous = script(plan.generated)
