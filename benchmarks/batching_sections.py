@@ -77,6 +77,13 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
                  f"them, each with its own prompt's acceptance, on [`{Path(data['profile']).name}`]"
                  f"(../{data['profile']}) (calibrated with `--batch-sizes` right before the runs): its p50 and p95 "
                  "end-to-end latency against the measured ones.")
+        if data.get("profile_streams"):
+            what += (" The profile also holds each prompt's tokens and greedy answer, so the replica runs the engine's "
+                     f"prompt lookup on them, with each request's budget of {data['max_tokens']} tokens, instead of "
+                     "drawing acceptance (added after the runs: `adaptive-spec calibrate --prompts "
+                     f"{Path(data['prompts']).as_posix()} --per-prompt --max-new-tokens {data['max_tokens']} "
+                     f"--streams-only --out {data['profile']}`, then the same command with `--resimulate "
+                     "benchmarks/results/serve_batching.json`).")
     if at_speed:
         what += (" *Plain step*: the machine's batch-1 speed around the run, from the server's /metrics over a few "
                  "plain requests sent alone just before and just after it; *at speed*: the same replay with every "

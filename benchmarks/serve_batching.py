@@ -108,15 +108,17 @@ def compare_rounds(runs: list[dict], config: str, concurrency: int, reference: s
     return out
 
 
-def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int) -> dict:
+def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tokens: int | None = None) -> dict:
     """The batching replica's p50/p95 end-to-end latency for the run's completed requests (each
     request's prompt its class, arriving when the run sent it: the client's concurrency limit held
     it back until then, and its latency counts from there), and its error against the run; where
     the run measured the machine's speed (``plain_step``), also with the profile scaled to it
     (``*_at_speed``: the machine's speed drifts between the calibration and the run); where it
     recorded its speed window by window (``speed_timeline``), also at that speed over time
-    (``*_timeline``)."""
-    rows = [{**r, "class": r["id"], "arrival_s": r["sent_s"]} for r in run["trace"] if r["ok"]]
+    (``*_timeline``). ``max_tokens``: the budget the requests were sent with (an answer that ends
+    sooner leaves the engine drafting past its end)."""
+    budget = {"max_tokens": max_tokens} if max_tokens else {}
+    rows = [{**r, "class": r["id"], "arrival_s": r["sent_s"], **budget} for r in run["trace"] if r["ok"]]
     if not rows:
         raise ValueError("no request of the run completed: nothing to replay")
     replica = {"mode": "batching", "max_batch": max_batch, "prefill_chunk": prefill_chunk}
@@ -168,6 +170,24 @@ def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], 
     return runs
 
 
+def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--resimulate``: every run of a recorded result predicted again with ``--profile``."""
+    if args.profile is None or not args.profile.is_file():
+        parser.error(f"profile={str(args.profile)!r}: --resimulate needs an existing profile to predict with")
+    if not args.resimulate.is_file():
+        parser.error(f"resimulate={str(args.resimulate)!r}: no such file")
+    result = json.loads(args.resimulate.read_text(encoding="utf-8"))
+    try:
+        for run in result["runs"]:
+            run.update(predict(run, str(args.profile), result["max_batch"], result["prefill_chunk"], result["max_tokens"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_batching result this can replay ({exc})")
+    result["profile"] = str(args.profile)
+    result["profile_streams"] = bool(load_profile(args.profile).streams)
+    write_json_atomic(args.out, result, "out")
+    print(f"wrote {args.out}")
+
+
 def probe_speed(url: str, prompts: Path) -> tuple[float, float]:
     """Seconds and count of the plain steps of a few plain requests sent one at a time (``probe``):
     the machine's batch-1 speed now, read from the server's /metrics."""
@@ -203,7 +223,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="a profile from `calibrate --per-prompt --batch-sizes ...` on --prompts: predict every "
                              "run with the simulator's batching replica")
     parser.add_argument("--calibrate", action="store_true", help="write --profile first (calibrate on --prompts)")
+    parser.add_argument("--resimulate", type=Path, help="only redo the simulator's predictions of this result file "
+                        "with --profile (e.g. one with recorded token streams), writing --out")
     args = parser.parse_args(argv)
+    if args.resimulate is not None:
+        return resimulate(parser, args)
     for name in ("max_batch", "prefill_chunk", "requests", "max_tokens", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"{name}={getattr(args, name)}: must be >= 1")
@@ -233,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     for run in runs:
         if args.profile is not None:
             try:  # a run the simulator cannot replay keeps its measurements, and says why
-                run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk))
+                run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk, args.max_tokens))
             except (ValueError, ZeroDivisionError) as exc:
                 run["prediction_error"] = str(exc)
         error = run.get("simulator_error_timeline", run.get("simulator_error_at_speed", run.get("simulator_error")))

@@ -71,3 +71,23 @@ def test_adaptive_is_compared_round_by_round_with_a_verdict_only_where_every_rou
     assert c["e2el_p95"]["ratios"] == pytest.approx([1.25, 5 / 6]) and c["e2el_p95"]["verdict"] == "no consistent difference"
     assert compare_rounds(runs, "plain", 8) is None
     assert agreement([0.9, 0.8]) == "behind in every round" and agreement([1.2]) == "one round: no spread"
+
+
+def test_resimulate_predicts_a_recorded_result_again_with_another_profile(tmp_path):
+    import json
+
+    from benchmarks.serve_batching import main
+
+    profile = _profile(tmp_path)
+    run = {"config": "static:ngram:8", "concurrency": 2, "round": 0, "e2el_s": {"p50": 2.0, "p95": 3.0},
+           "trace": [_row(i, "p-copy" if i % 2 else "p-chat", 0.5 * i) for i in range(6)]}
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(json.dumps({"max_batch": 4, "prefill_chunk": 256, "max_tokens": 40, "runs": [run]}))
+    out = tmp_path / "again.json"
+    main(["--resimulate", str(recorded), "--profile", profile, "--out", str(out)])
+    again = json.loads(out.read_text())
+    assert again["profile"] == profile and again["profile_streams"] is False
+    assert again["runs"][0]["simulated_e2e_s"] == predict(run, profile, 4, 256, 40)["simulated_e2e_s"]
+    with pytest.raises(SystemExit):  # a file that is no serve_batching result: one error naming it
+        recorded.write_text(json.dumps({"runs": [{}]}))
+        main(["--resimulate", str(recorded), "--profile", profile, "--out", str(out)])
