@@ -73,8 +73,9 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
             "share of decode steps that verified a draft, from the responses' own statistics.")
     if predicted:
         what += (f" *Simulated*: the simulator's batching replica (max batch {data['max_batch']}, prefill chunk "
-                 f"{data['prefill_chunk']}) replaying each run's completed requests from the moment the client sent "
-                 f"them, each with its own prompt's acceptance, on [`{Path(data['profile']).name}`]"
+                 f"{data['prefill_chunk']}) replaying each run's completed requests as the client sent them "
+                 "(in order, at most the run's concurrency in flight: each goes once the simulated server finishes "
+                 f"one), each with its own prompt's acceptance, on [`{Path(data['profile']).name}`]"
                  f"(../{data['profile']}) (calibrated with `--batch-sizes` right before the runs): its p50 and p95 "
                  "end-to-end latency against the measured ones.")
         if data.get("profile_streams"):

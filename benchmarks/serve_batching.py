@@ -110,15 +110,18 @@ def compare_rounds(runs: list[dict], config: str, concurrency: int, reference: s
 
 def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tokens: int | None = None) -> dict:
     """The batching replica's p50/p95 end-to-end latency for the run's completed requests (each
-    request's prompt its class, arriving when the run sent it: the client's concurrency limit held
-    it back until then, and its latency counts from there), and its error against the run; where
+    request's prompt its class, sent in the run's order by a client that keeps at most the run's
+    concurrency in flight, as loadgen did: each goes once the simulated server has finished one,
+    and its latency counts from there), and its error against the run; where
     the run measured the machine's speed (``plain_step``), also with the profile scaled to it
     (``*_at_speed``: the machine's speed drifts between the calibration and the run); where it
     recorded its speed window by window (``speed_timeline``), also at that speed over time
     (``*_timeline``). ``max_tokens``: the budget the requests were sent with (an answer that ends
     sooner leaves the engine drafting past its end)."""
     budget = {"max_tokens": max_tokens} if max_tokens else {}
-    rows = [{**r, "class": r["id"], "arrival_s": r["sent_s"], **budget} for r in run["trace"] if r["ok"]]
+    # loadgen ran at rate inf: every request is due at 0, and goes once the client has a free slot
+    sent = sorted((r for r in run["trace"] if r["ok"]), key=lambda r: r["sent_s"])
+    rows = [{**r, "class": r["id"], "arrival_s": 0.0, **budget} for r in sent]
     if not rows:
         raise ValueError("no request of the run completed: nothing to replay")
     replica = {"mode": "batching", "max_batch": max_batch, "prefill_chunk": prefill_chunk}
@@ -130,7 +133,7 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     variants += [("_timeline", profile, run["speed_timeline"])] if run.get("speed_timeline") else []
     for suffix, chosen, timeline in variants:
         predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], replica,
-                                   speed=timeline)["e2e_s"]
+                                   speed=timeline, concurrency=run["concurrency"])["e2e_s"]
         out["simulated_e2e_s" + suffix] = predicted
         out["simulator_error" + suffix] = {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}
     return out

@@ -99,10 +99,12 @@ def summarize_real(served: list[dict]) -> dict:
 
 
 def simulate_trace(trace: list[dict], profile: str | Path | Profile, policy_spec: str, seed: int,
-                   replicas: dict | None = None, speed: list[tuple[float, float]] | None = None) -> dict:
+                   replicas: dict | None = None, speed: list[tuple[float, float]] | None = None,
+                   concurrency: int | None = None) -> dict:
     """Replay ``trace`` rows (arrival_s, class, prompt_tokens, output_tokens) on one replica: serial,
     or as ``replicas`` says (the scenario's field, e.g. ``{"mode": "batching", "max_batch": 8}``);
-    ``speed``: the machine's speed over the trace, ``(at_s, factor)`` points (``simulator/speed.py``).
+    ``speed``: the machine's speed over the trace, ``(at_s, factor)`` points (``simulator/speed.py``);
+    ``concurrency``: the client's limit on requests in flight (rows in the order it sent them).
 
     ``profile`` is a profile file or a ``Profile`` already loaded; the rows go to the simulator as
     they are, no file in between.
@@ -116,7 +118,7 @@ def simulate_trace(trace: list[dict], profile: str | Path | Profile, policy_spec
         # lengths come from the trace; these only satisfy the class schema
         "classes": {c: {"prompt_tokens": {"dist": "fixed", "value": 64}, "output_tokens": {"dist": "fixed", "value": 64}}
                     for c in classes},
-        "workload": {"replay": rows},
+        "workload": {"replay": rows, **({"concurrency": concurrency} if concurrency else {})},
         "replicas": {"count": 1, "mode": "serial", **(replicas or {})},
         "speed": [{"at_s": t, "factor": f} for t, f in speed or ()],
         "policy": policy_spec,

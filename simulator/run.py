@@ -43,13 +43,40 @@ class Simulation:
     cost: object
 
 
+class ClientSlots:
+    """The client's limit on requests in flight (a closed loop, as ``loadgen --max-concurrency``
+    runs): ``arrivals`` takes a slot before sending, a completion gives it back. A hook."""
+
+    def __init__(self, env: simpy.Environment, limit: int) -> None:
+        self.slots = simpy.Resource(env, capacity=limit)
+        self.held: dict[int, object] = {}  # request id -> its slot
+
+    def take(self, request: Request):
+        slot = self.slots.request()
+        self.held[request.id] = slot
+        return slot
+
+    def on_request_completion(self, request: Request, now: float) -> None:
+        self.slots.release(self.held.pop(request.id))
+
+    def on_request_arrival(self, request, now): ...
+    def on_request_start(self, request, now): ...
+    def on_first_token(self, request, now): ...
+    def on_step(self, outcome, batch_size): ...
+
+
 def arrivals(env: simpy.Environment, requests: Iterable[Request], replicas: list[Replica], router: str, hooks,
-             seed: int):
-    """SimPy process: release each request at its arrival time and route it to a replica."""
+             seed: int, client: ClientSlots | None = None):
+    """SimPy process: release each request at its arrival time (with a ``client`` limit, once it
+    also has a slot; its latency then counts from that moment, as the client's does) and route it
+    to a replica."""
     rng = np.random.default_rng(seed)
     for i, request in enumerate(requests):
         if request.arrival_s > env.now:
             yield env.timeout(request.arrival_s - env.now)
+        if client is not None:
+            yield client.take(request)
+            request.arrival_s = env.now
         hooks.on_request_arrival(request, env.now)
         if router == "least_loaded":
             target = min(replicas, key=lambda r: r.outstanding)  # ties: lowest index
@@ -78,7 +105,10 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
     if scenario.speed:
         cost = TimedCost(cost, SpeedTimeline(scenario.speed), lambda: env.now)
     metrics = MetricsCollector(scenario.metrics.bin_s)
-    hooks = HookList([metrics, *extra_hooks]) if extra_hooks else metrics
+    limit = getattr(scenario.workload, "concurrency", None)
+    client = ClientSlots(env, limit) if limit else None
+    extra = [*(extra_hooks or []), *([client] if client else [])]
+    hooks = HookList([metrics, *extra]) if extra else metrics
     requests = scenario.workload.stream(scenario.classes, np.random.default_rng(_stream_seed(seed, TRAFFIC)))
     if on_arrival is not None:
         requests = _tapped(requests, on_arrival)
@@ -93,7 +123,8 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
                                             prefill_chunk=scenario.replicas.prefill_chunk))
         else:
             replicas.append(SerialReplica(*args))
-    env.process(arrivals(env, requests, replicas, scenario.replicas.router, hooks, _stream_seed(seed, TRAFFIC, 1)))
+    env.process(arrivals(env, requests, replicas, scenario.replicas.router, hooks, _stream_seed(seed, TRAFFIC, 1),
+                         client))
     return Simulation(env, scenario, replicas, metrics, cost)
 
 

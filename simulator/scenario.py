@@ -14,9 +14,10 @@ Top-level fields (``*`` required)::
                   Python, a ``Profile`` already loaded)
     classes *     {name: {prompt_tokens *, output_tokens *, acceptance, key}}
     workload *    {arrival: {process, rate *, ...}, mix *, duration_s *, shifts, max_requests}
-                  or {replay *: path.jsonl, time_scale}; from Python, ``replay`` may also be the
+                  or {replay *: path.jsonl, time_scale, concurrency}; from Python, ``replay`` may also be the
                   trace rows themselves (a list of mappings), so a caller holding a trace in
-                  memory need not write it to a file
+                  memory need not write it to a file; ``concurrency``: the client's limit on
+                  requests in flight (``loadgen --max-concurrency``), each sent once a slot frees
     replicas      {count, mode: serial|batching, max_batch, router: least_loaded|round_robin|random,
                    draft_cap (batching: the engine's cap on drafts as the batch fills; default true),
                    prefill_chunk (batching: prompt tokens an iteration prefills while sequences
@@ -85,6 +86,9 @@ class ReplayWorkload:
     time_scale: float = 1.0  # > 1 replays faster (higher rate)
     duration_s: float = 0.0  # filled in: last arrival after scaling
     max_requests: int | None = None  # replay only the first this many arrivals; None: all
+    # the client's limit on requests in flight (``loadgen --max-concurrency``): a request is sent at
+    # its arrival or once fewer are outstanding, whichever is later; None: sent at its arrival
+    concurrency: int | None = None
 
     @classmethod
     def from_rows(cls, rows, class_names, time_scale: float = 1.0) -> ReplayWorkload:
@@ -240,20 +244,23 @@ def _classes(raw: object, profile: Profile) -> dict[str, RequestClass]:
 def _workload(raw: object, classes: dict, base_dir: Path) -> Workload | ReplayWorkload:
     raw = _mapping(raw, "workload")
     if "replay" in raw:
-        _only(raw, ("replay", "time_scale"), "workload")
+        _only(raw, ("replay", "time_scale", "concurrency"), "workload")
         scale = _num(raw.get("time_scale", 1.0), "workload.time_scale")
+        limit = raw.get("concurrency")
+        if limit is not None:
+            _num(limit, "workload.concurrency", integer=True)
         if isinstance(raw["replay"], (list, tuple)):  # rows already in memory
             for i, row in enumerate(raw["replay"]):
                 _mapping(row, f"workload.replay[{i}]")
             try:
-                return ReplayWorkload.from_rows(raw["replay"], classes, scale)
+                return replace(ReplayWorkload.from_rows(raw["replay"], classes, scale), concurrency=limit)
             except ValueError as err:
                 raise ValueError(f"workload.replay: {err}") from None
         trace = Path(str(raw["replay"]))
         trace = trace if trace.is_absolute() else base_dir / trace
         if not trace.exists():
             raise ValueError(f"workload.replay: trace file {str(trace)!r} does not exist")
-        return ReplayWorkload.from_rows(read_trace_jsonl(trace), classes, scale)
+        return replace(ReplayWorkload.from_rows(read_trace_jsonl(trace), classes, scale), concurrency=limit)
     _only(raw, ("arrival", "mix", "duration_s", "shifts", "max_requests"), "workload")
     arrival_raw = _mapping(_required(raw, "arrival", "workload"), "workload.arrival")
     rate = _num(_required(arrival_raw, "rate", "workload.arrival"), "workload.arrival.rate")
