@@ -306,7 +306,7 @@ def calibrate(
         from adaptive_spec.calibrate import record_streams
 
         with err.status(f"recording {len(rows)} prompts' greedy answers ..."):
-            existing["streams"] = record_streams(decoder, rows, max_new_tokens)
+            existing.setdefault("streams", {}).update(record_streams(decoder, rows, max_new_tokens))
         write_json_atomic(out, existing, "out")
         err.print(f"wrote streams of {len(rows)} prompts into {out}", soft_wrap=True)
         return

@@ -229,7 +229,7 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
         cells = []
         for suffix in suffixes:
             sim, err = run.get("simulated_e2e_s" + suffix + speed), run.get("simulator_error" + suffix + speed)
-            draws = run.get("simulated_e2e_s" + suffix + speed + "_seeds")
+            draws = run.get("simulated_e2e_s" + suffix + speed + "_seeds") if data.get("sim_seeds", 1) > 1 else None
             if sim is None:
                 cells += ["-"] * 2
                 continue

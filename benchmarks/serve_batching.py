@@ -181,10 +181,17 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"resimulate={str(args.resimulate)!r}: no such file")
     result = json.loads(args.resimulate.read_text(encoding="utf-8"))
     try:
-        for run in result["runs"]:
-            run.update(predict(run, str(args.profile), result["max_batch"], result["prefill_chunk"], result["max_tokens"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_batching result this can replay ({exc})")
+        runs, settings = result["runs"], (result["max_batch"], result["prefill_chunk"], result["max_tokens"])
+        for run in runs:
+            for key in [k for k in run if k.startswith(("simulated_e2e_s", "simulator_error", "speed_factor",
+                                                        "prediction_error"))]:
+                del run[key]  # the previous predictions: none may outlive this one
+            try:  # as in a live run: one the simulator cannot replay keeps its measurements, and says why
+                run.update(predict(run, str(args.profile), *settings))
+            except (ValueError, ZeroDivisionError) as exc:
+                run["prediction_error"] = str(exc)
+    except (KeyError, TypeError, AttributeError) as exc:
+        parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_batching result this can replay ({exc!r})")
     result["profile"] = str(args.profile)
     result["profile_streams"] = bool(load_profile(args.profile).streams)
     write_json_atomic(args.out, result, "out")

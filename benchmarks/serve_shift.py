@@ -303,6 +303,8 @@ def main(argv: list[str] | None = None) -> None:
         result = json.loads(args.resimulate.read_text())
         try:
             for run in result["runs"]:
+                for key in [k for k in run if k.startswith(("simulated_e2e_s", "simulator_error", "speed_factor"))]:
+                    del run[key]  # the previous predictions: none may outlive this one
                 run.update(predict(run, args.profile, args.per_prompt, args.sim_seeds, result.get("max_tokens")))
         except (KeyError, TypeError, ValueError) as exc:
             parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_shift result this can replay ({exc})")

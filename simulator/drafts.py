@@ -1,11 +1,13 @@
-"""Simulated drafts: how many tokens a drafter proposes and the verifier accepts, drawn at random.
+"""Simulated drafts: how many tokens a drafter proposes and the verifier accepts.
 
 The engine drafts with a model or a lookup and verifies with the target; the simulator draws both
-from each request class's measured acceptance profile (``simulator/acceptance.py``). Everything
-around the draw - the policy's decision, the budget cap, the match gate's cut, what the policy
-learns - is the step protocol of ``policies.session``, which replicas drive exactly as the engine
-does. ``ProfileDrafts`` is the draw; a test can pass its own object with the same ``gated`` and
-``draw`` methods (a scripted stream) to a replica instead.
+at random from each request class's measured acceptance profile (``simulator/acceptance.py``), or,
+for prompt lookup on a class with a recorded token stream (a profile's ``streams``), runs the
+lookup itself on those tokens. Everything around the draft - the policy's decision, the budget
+cap, the match gate's cut, what the policy learns - is the step protocol of ``policies.session``,
+which replicas drive exactly as the engine does. ``ProfileDrafts`` is the draft source; a test can
+pass its own object with the same ``gated`` and ``draw`` methods (a scripted stream) to a replica
+instead (``tokens`` and ``shadows`` are optional).
 """
 
 from __future__ import annotations
@@ -95,15 +97,16 @@ class ProfileDrafts:
 
     def __init__(self, classes: dict[str, RequestClass], rand: Callable[[], float]) -> None:
         self.table, self.rand = AcceptanceTable(classes), rand
-        # classes whose lookups run on their recorded tokens (the lookup must be one of their drafters)
-        self.streams = {name: c.stream for name, c in classes.items() if c.stream is not None and LOOKUP in c.acceptance}
+        # classes whose lookups run on their recorded tokens: the lookup must be one of their drafters,
+        # with match kinds (what calibrate writes), so that a request the stream does not cover is
+        # drawn through the same gate
+        self.streams = {name: c.stream for name, c in classes.items()
+                        if c.stream is not None and LOOKUP in c.acceptance and c.acceptance[LOOKUP].matches}
         self.lookup = PromptLookup()
 
     def gated(self, klass: str) -> Collection[str]:
-        """Drafters of ``klass`` whose drafts go through the policy's match gate: those with match
-        kinds, and the lookup where it runs on recorded tokens (the engine gates every lookup)."""
-        kinds = self.table.match_kinds(klass).keys()
-        return kinds | {LOOKUP} if klass in self.streams else kinds
+        """Drafters of ``klass`` whose drafts go through the policy's match gate (those with match kinds)."""
+        return self.table.match_kinds(klass).keys()
 
     def tokens(self, request: Request, ahead: int = 0) -> list[int] | tuple[()]:
         """The request's token ids so far (and ``ahead`` more) where its class's stream covers the

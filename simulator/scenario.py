@@ -330,6 +330,9 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
     metrics = MetricsConfig(float(_num(met.get("bin_s", 60.0), "metrics.bin_s")),
                             float(_num(met.get("warmup_s", 0.0), "metrics.warmup_s", strict=False)))
     drain = raw.get("drain_s")
+    if drain is not None and getattr(workload, "concurrency", None):
+        raise ValueError(f"drain_s={drain!r}: a replay with a client concurrency limit runs until every request is "
+                         "done (requests wait for a slot past the last arrival; a horizon would drop them unsent)")
     compare = _mapping(raw.get("compare") or {}, "compare")
     _only(compare, ("policies",), "compare")
     specs = compare.get("policies") or []

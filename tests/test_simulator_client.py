@@ -30,3 +30,12 @@ def test_a_client_limit_must_be_a_positive_integer():
     for bad in (0, 1.5, "2"):
         with pytest.raises(ValueError, match="workload.concurrency must be"):
             _scenario(limit=bad)
+
+
+def test_a_client_limit_runs_until_every_request_is_done():
+    raw = {"name": "client", "profile": cpu_like_profile(), "policy": "plain", "drain_s": 5.0,
+           "classes": {"chat": {"prompt_tokens": 40, "output_tokens": 20}},
+           "workload": {"replay": [{"arrival_s": 0.0, "class": "chat", "prompt_tokens": 40, "output_tokens": 20}],
+                        "concurrency": 1}}
+    with pytest.raises(ValueError, match="drain_s=5.0: a replay with a client concurrency limit"):
+        scenario_from_dict(raw)

@@ -29,7 +29,9 @@ ANSWER = COPIED[:12]
 
 def _profile(streams: dict, acceptance: dict | None = None) -> dict:
     raw = cpu_like_profile()
-    raw["acceptance"] = acceptance or {name: {"ngram": {"rate": 0.5, "hit_rate": 1.0}} for name in streams}
+    # match kinds, as calibrate writes them: a request its stream does not cover is drawn through the gate
+    lookup = {"rate": 0.5, "hit_rate": 1.0, "matches": [{"order": 1, "share": 0.9, "per_position": [0.5]}]}
+    raw["acceptance"] = acceptance or {name: {"ngram": lookup} for name in streams}
     raw["streams"] = streams
     return raw
 
