@@ -116,11 +116,15 @@ class ProfileDrafts:
             return ()
         return [*stream.prompt, *stream.output[:request.generated + ahead]]
 
-    def shadows(self, klass: str, policy, request: Request | None = None) -> ShadowDraws | ShadowDrafts:
-        """The shadow drafts of one request of ``klass`` (its lookups, as the engine runs them)."""
+    def shadows(self, klass: str, policy, request: Request | None = None) -> ShadowDraws | BothShadows:
+        """The shadow drafts of one request of ``klass`` (its lookups, as the engine runs them): the
+        prompt lookup's run on the recorded tokens where they cover the request, the others drawn."""
+        drawn = self.table.match_kinds(klass).keys()
         if request is not None and self.tokens(request):
-            return ShadowDrafts([self.lookup], policy)
-        return ShadowDraws(self.table, self.rand, klass, policy, self.table.match_kinds(klass).keys())
+            others = [d for d in drawn if d != LOOKUP]
+            return BothShadows(ShadowDrafts([self.lookup], policy),
+                               ShadowDraws(self.table, self.rand, klass, policy, others) if others else None)
+        return ShadowDraws(self.table, self.rand, klass, policy, drawn)
 
     def draw(self, klass: str, session: DecodeSession, plan: StepPlan, context=()) -> Draft:
         """The step's draft; ``context``: the request's tokens so far (``tokens``), or ``()``."""
@@ -174,6 +178,23 @@ def _accepted(probs, n: int, rand: Callable[[], float]) -> int:
     while accepted < n and rand() < probs[accepted]:
         accepted += 1
     return accepted
+
+
+class BothShadows:
+    """Shadow drafts run on recorded tokens (``policies.shadow.ShadowDrafts``) beside drawn ones."""
+
+    __slots__ = ("run", "drawn")
+
+    def __init__(self, run: ShadowDrafts, drawn: ShadowDraws | None) -> None:
+        self.run, self.drawn = run, drawn
+
+    def propose(self, context) -> None:
+        self.run.propose(context)
+        if self.drawn is not None:
+            self.drawn.propose(context)
+
+    def resolve(self, context, verified_drafter) -> None:
+        self.run.resolve(context, verified_drafter)
 
 
 class ShadowDraws:

@@ -151,3 +151,32 @@ def test_on_smollm2_copying_a_paragraph_the_simulator_steps_as_the_engine_steps(
     assert sum(p for p, _ in engine) > sum(a for _, a in engine) > 0  # some drafts right, some wrong
     assert _steps(_profile(streams), prompt.id, len(stream["prompt"]), len(stream["output"]), "static:ngram:8",
                   max_tokens=64) == engine
+
+
+def test_shadow_drafts_run_the_lookup_on_the_tokens_and_draw_the_other_drafters():
+    from simulator.drafts import ProfileDrafts
+    from simulator.entities import Request
+
+    lookup = {"rate": 0.5, "hit_rate": 1.0, "matches": [{"order": 1, "share": 0.9, "per_position": [0.5]}]}
+    profile = _profile({"copy": {"prompt": COPIED, "output": ANSWER}}, {"copy": {"ngram": lookup, "suffix": lookup}})
+    scenario = scenario_from_dict({"name": "s", "profile": profile, "policy": "plain",
+                                   "classes": {"copy": {"prompt_tokens": len(COPIED), "output_tokens": len(ANSWER)}},
+                                   "workload": {"replay": [{"arrival_s": 0.0, "class": "copy",
+                                                            "prompt_tokens": len(COPIED), "output_tokens": 12}]}})
+
+    class Seen:
+        shadow_k = 4
+
+        def __init__(self):
+            self.calls = []
+
+        def observe_shadow(self, drafter, k, accepted, *kind):
+            self.calls.append((drafter, k, accepted))
+
+    drafts, seen = ProfileDrafts(scenario.classes, iter([0.1] * 100).__next__), Seen()
+    request = Request(0, "copy", len(COPIED), 12, 0.0, generated=3)
+    shadows = drafts.shadows("copy", seen, request)
+    shadows.propose(drafts.tokens(request))
+    assert [c[0] for c in seen.calls] == ["suffix"]  # drawn at once; the lookup waits for the tokens
+    shadows.resolve(drafts.tokens(request, ahead=4), None)
+    assert seen.calls[-1] == ("ngram", 4, 4)  # the copy's next four tokens, all right
