@@ -167,9 +167,8 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
             # a traffic key per drafter: the suffix drafter's history then holds its own runs' answers
             # to the prompts before this one, never another drafter's answer to this very prompt
             result = decoder.generate(prompt.prompt, cfg, policy=StaticPolicy(name, ACCEPTANCE_K), key=f"calibrate:{name}")
-            if streams is not None:  # greedy and lossless: every drafter's answer is plain decoding's
-                streams.setdefault(prompt.id, {"prompt": decoder.encode_prompt(prompt.prompt),
-                                               "output": list(result.token_ids)})
+            if streams is not None and prompt.id not in streams:  # greedy, lossless: any drafter's answer is plain's
+                streams[prompt.id] = {"prompt": decoder.encode_prompt(prompt.prompt), "output": list(result.token_ids)}
             classes = (prompt.kind, prompt.id) if per_prompt else (prompt.kind,)
             for step in result.steps:
                 if step.k < ACCEPTANCE_K:

@@ -299,6 +299,8 @@ def calibrate(
     if per_prompt:
         check_per_prompt(rows, prompts)
     check_writable(out, "out")
+    if streams_only and sizes:
+        raise InvalidParameterError("batch_sizes", batch_sizes, "--streams-only times nothing: drop one of the two")
     existing = _profile_for_streams(out, rows) if streams_only else None
     torch_device, torch_dtype, names = _runtime_and_drafters(device, dtype, drafters, "drafters")
     decoder = _load_decoder(model, names, torch_device, torch_dtype, None)

@@ -237,6 +237,8 @@ def main(argv: list[str] | None = None) -> None:
                         "with --profile (e.g. one with recorded token streams), writing --out")
     args = parser.parse_args(argv)
     if args.resimulate is not None:
+        if args.calibrate:
+            parser.error("calibrate: --resimulate replays a recorded run; calibrating now would not describe it")
         return resimulate(parser, args)
     for name in ("max_batch", "prefill_chunk", "requests", "max_tokens", "rounds"):
         if getattr(args, name) < 1:

@@ -15,7 +15,7 @@ MAX_NGRAM, MIN_NGRAM = 3, 1
 DRAFTER = "ngram"  # the drafter whose lookup this is
 
 
-def find_ngram_continuation(context: np.ndarray, k: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
+def find_ngram_continuation(context: np.ndarray, k: int, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM) -> list[int]:
     """Tokens following the most recent earlier match of the context's suffix (longest n first).
 
     context: [T] token ids
@@ -29,7 +29,7 @@ class NgramMatch(NamedTuple):
     ambiguous: bool  # earlier occurrences of the matched n-gram were followed by different tokens
 
 
-def find_ngram_match(context: np.ndarray, k: int, max_ngram: int = 3, min_ngram: int = 1) -> NgramMatch:
+def find_ngram_match(context: np.ndarray, k: int, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM) -> NgramMatch:
     """As ``find_ngram_continuation``, with what the controller needs to judge the draft: the
     order ``n`` that matched and whether the match is ambiguous.
 
@@ -55,6 +55,15 @@ def find_ngram_match(context: np.ndarray, k: int, max_ngram: int = 3, min_ngram:
     return NgramMatch([], 0, False)
 
 
+def lookup(context, k: int, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM) -> tuple[list[int], int | None, bool]:
+    """A draft of at most ``k`` tokens for ``context`` (token ids): tokens, match order, ambiguous;
+    ``([], None, False)`` where nothing matched. The ``ngram`` drafter proposes exactly this."""
+    if k <= 0 or len(context) < 2:
+        return [], None, False
+    match = find_ngram_match(np.asarray(context, dtype=np.int64), k, max_ngram, min_ngram)
+    return (match.tokens, match.order, match.ambiguous) if match.tokens else ([], None, False)
+
+
 class PromptLookup:
     """The ``ngram`` drafter's lookup over token lists, in the shape shadow drafting calls
     (``policies.shadow``): the engine's drafter with its defaults, minus torch.
@@ -68,7 +77,4 @@ class PromptLookup:
     name = DRAFTER
 
     def lookup(self, context, k: int) -> tuple[list[int], int | None, bool]:
-        if k <= 0 or len(context) < 2:
-            return [], None, False
-        match = find_ngram_match(np.asarray(context, dtype=np.int64), k, MAX_NGRAM, MIN_NGRAM)
-        return (match.tokens, match.order, match.ambiguous) if match.tokens else ([], None, False)
+        return lookup(context, k)

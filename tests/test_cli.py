@@ -34,7 +34,8 @@ def test_every_command_is_mounted():
     (["calibrate", "--repeats", "0"], "repeats"),
     (["calibrate", "--batch-sizes", "1,4"], "batch_sizes"),
     (["calibrate", "--batch-sizes", "four"], "batch_sizes"),
-    (["calibrate", "--streams-only", "--out", "no_such_profile.json"], "out"),  # adds to a profile: there is none
+    (["calibrate", "--streams-only", "--out", "no_such_profile.json"], "out"),
+    (["calibrate", "--streams-only", "--batch-sizes", "2,4"], "batch_sizes"),  # would be ignored: refused  # adds to a profile: there is none
     (["calibrate", "--prompts", "benchmarks/shift.jsonl", "--streams-only", "--out",
       "simulator/profiles/smollm2_cpu.json"], "out"),  # no class per prompt id to give a stream
     (["validate-sim", "--requests", "0"], "requests"),

@@ -12,11 +12,9 @@ Worked example: context ``[1, 2, 3, 4, 9, 1, 2]``, ``max_ngram=3``, ``k=2``. The
 
 from __future__ import annotations
 
-import numpy as np
-
 from adaptive_spec.drafters.base import Drafter, Proposal
 from adaptive_spec.errors import InvalidParameterError
-from policies.lookup import MAX_NGRAM, MIN_NGRAM, NgramMatch, find_ngram_continuation, find_ngram_match
+from policies.lookup import MAX_NGRAM, MIN_NGRAM, NgramMatch, find_ngram_continuation, find_ngram_match, lookup
 
 __all__ = ["NgramDrafter", "NgramMatch", "find_ngram_continuation", "find_ngram_match"]
 
@@ -33,9 +31,7 @@ class NgramDrafter(Drafter):
         self.min_ngram = min_ngram
 
     def propose(self, context, k, config, generator, early_stop=None) -> Proposal:
-        if k <= 0 or len(context) < 2:
+        tokens, order, ambiguous = lookup(context, k, self.max_ngram, self.min_ngram)
+        if not tokens:
             return Proposal(tokens=[])
-        match = find_ngram_match(np.asarray(context, dtype=np.int64), k, self.max_ngram, self.min_ngram)
-        if not match.tokens:
-            return Proposal(tokens=[])
-        return Proposal(tokens=match.tokens, match_order=match.order, match_ambiguous=match.ambiguous)
+        return Proposal(tokens=tokens, match_order=order, match_ambiguous=ambiguous)
