@@ -224,6 +224,14 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
     suffixes = ("", "_per_prompt") if per_prompt else ("",)
     at_speed = any("speed_factor" in run for run in data["runs"])
     timeline = any("simulated_e2e_s_timeline" in run for run in data["runs"])
+    overheads = any("serving_overhead" in run for run in data["runs"])
+
+    def overhead_cell(run: dict) -> str:
+        o = run.get("serving_overhead")
+        if o is None:
+            return "none"
+        return (f"{o['request_s'] * 1e3:.0f} + {o['step_s'] * 1e3:.1f}/step + {o['client_s'] * 1e3:.0f} ms"
+                + (" †" if "from" in o else ""))
 
     def predicted(run: dict, speed: str) -> list[str]:
         cells = []
@@ -237,8 +245,8 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
                 spread = ""
                 if draws:  # the replays' errors, lowest to highest
                     errors = [d[q] / run["e2el_s"][q] - 1 for d in draws]
-                    spread = f"; {min(errors):+.0%} to {max(errors):+.0%}"
-                cells.append(f"{sim[q]:.2f} ({err[q]:+.0%}{spread})")
+                    spread = f"; {min(errors):+.1%} to {max(errors):+.1%}"
+                cells.append(f"{sim[q]:.2f} ({err[q]:+.1%}{spread})")
         return cells
 
     rows, calibrated_rows, speed_rows = [], [], []
@@ -249,7 +257,7 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
         if timeline:
             factors = [f for _, f in run.get("speed_timeline") or ()]
             cells.append(f"×{min(factors):.2f}-{max(factors):.2f} over {len(factors)}" if factors else "none")
-            rows.append(cells + predicted(run, "_timeline"))
+            rows.append(cells + ([overhead_cell(run)] if overheads else []) + predicted(run, "_timeline"))
             plain = run.get("plain_steps") or {}
             speed_rows.append(cells[:2] + [f"{plain['mean_s'] * 1e3:.1f} ms (×{run['speed_factor']:.2f})"
                                            if run.get("speed_factor") else "too few plain steps"]
@@ -288,7 +296,15 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
                  "seconds its verifies took over what the profile prices the same verifies at: "
                  "`simulator.speed.timeline_from_steps`; the *speed windows* column gives the lowest and highest "
                  "factor and how many windows): one number per window for the machine's speed; acceptance, the "
-                 "controller and queueing stay the simulator's to predict. The second table predicts with one factor "
+                 "controller and queueing stay the simulator's to predict."
+                 + (" Along the timeline the simulator also prices the server's time outside the forwards (the "
+                    "scenario's `overhead`; *overhead* column, ms), measured on the plain requests that open and close "
+                    "each run (none of the run's own: `simulator.speed.serving_overhead`): the engine's setup of a "
+                    "request (its time to first token over the prefill the profile prices at its speed), each decode "
+                    "step's time besides its draft and verify, and the time between client and engine (HTTP, chat "
+                    "template, tokenizing), which holds nothing. † marks a run served before the benchmark measured "
+                    "it: it takes the median of the runs that did (`--overhead-from`)." if overheads else "")
+                 + " The second table predicts with one factor "
                  "for the whole run, from the plain steps (no draft verified) of its window on `/metrics`, which three "
                  "plain requests open and close; the third with the profile as calibrated.")
     elif at_speed:
@@ -313,7 +329,7 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
     if data.get("caveat"):
         what += f" **Caveat:** {data['caveat']}"
     if timeline:
-        tables = [table(header + ["speed windows"] + simulated, rows),
+        tables = [table(header + ["speed windows"] + (["overhead"] if overheads else []) + simulated, rows),
                   "At the window's mean speed (its plain steps):",
                   table(["config", "req/s offered", "plain step"] + simulated, speed_rows),
                   "With the profile as calibrated:", table(["config", "req/s offered"] + simulated, calibrated_rows)]

@@ -31,7 +31,11 @@ only, so acceptance, the controller and queueing remain the simulator's to predi
 misses a machine that slows mid-run, so a third prediction (``*_timeline``) follows the speed
 window by window: the server records every decode step (telemetry ``steps=1``), and each window's
 verifies are compared with what the profile prices the same verifies at
-(``simulator.speed.timeline_from_steps``; the scenario's ``speed``).
+(``simulator.speed.timeline_from_steps``; the scenario's ``speed``). The profile prices forwards
+only; a served request also spends time outside them (the engine's setup before the first token,
+each step's sampling, controller and streaming, the way between client and engine), so the
+timeline prediction adds that too, measured on the run's plain probe requests alone
+(``measure_overhead``; the scenario's ``overhead``).
 
     python -m benchmarks.serve_shift --phases copy:300,open:150,copy:150 --rate 0.15 --also-rate 0.08 \
         --per-prompt --profile simulator/profiles/smollm2_cpu_serve_chat.json --out benchmarks/results/serve_shift.json
@@ -59,11 +63,11 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from adaptive_spec.outputs import output_path, write_json_atomic
-from adaptive_spec.telemetry.store import read_steps
+from adaptive_spec.telemetry.store import read_requests, read_steps
 from benchmarks.sim_validation import simulate_trace
 from simulator.cost_model import fit_cost_model
 from simulator.profile import load_profile, profile_from_dict
-from simulator.speed import timeline_from_steps
+from simulator.speed import serving_overhead, timeline_from_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM_SEEDS = 9  # replays per prediction: on a run of a few dozen requests one replay's p50 moves far from seed to seed
@@ -130,13 +134,16 @@ TIMELINE_WINDOW_S = 30.0  # long enough for tens of steps, short against a phase
 STORE_FLUSH_S = 3.0  # the telemetry writer's batches reach the store within this
 PROBES = 3  # plain requests of open prompts before and after each run (not in its figures)
 PROBE_TOKENS = 48
+PROBE_KEY = "serve-shift-probe"
 
 
-def probe(url: str, prompts: Path, endpoint: str) -> None:
+def probe(url: str, prompts: Path, endpoint: str) -> list[tuple[float, float]]:
     """``PROBES`` plain requests, one at a time, on a traffic key of their own: plain steps for the
-    window's speed, whatever the run's config."""
+    window's speed, whatever the run's config, and the serving overhead (``measure_overhead``).
+    Each one's client-side (sent, answered) Unix times."""
     rows = [json.loads(line) for line in prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
     texts = [r["prompt"] for r in rows if r.get("kind") == "open"] or [r["prompt"] for r in rows]
+    sent_answered = []
     for text in texts[:PROBES]:
         body = {"model": "smollm2", "max_tokens": PROBE_TOKENS, "temperature": 0, "speculation": {"mode": "off"}}
         if endpoint == "chat":
@@ -144,7 +151,10 @@ def probe(url: str, prompts: Path, endpoint: str) -> None:
         else:
             body["prompt"] = text
         path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
-        httpx.post(url + path, json=body, headers={"X-Traffic-Key": "serve-shift-probe"}, timeout=300).raise_for_status()
+        sent = time.time()
+        httpx.post(url + path, json=body, headers={"X-Traffic-Key": PROBE_KEY}, timeout=300).raise_for_status()
+        sent_answered.append((sent, time.time()))
+    return sent_answered
 
 
 def plain_step_totals(exposition: str) -> tuple[float, float]:
@@ -179,6 +189,7 @@ def at_speed(profile: str, plain_step_s: float, context: float) -> tuple[object,
     return profile_from_dict(scaled, f"{profile} at x{factor:.3f}"), factor
 
 
+OVERHEAD_FIELDS = ("request_s", "step_s", "client_s")  # a scenario's overhead, of a run's serving_overhead
 TRACE_FIELDS = ("arrival_s", "id", "class", "prompt_tokens", "output_tokens", "ok", "status", "ttft_ms", "e2el_ms")
 
 
@@ -186,7 +197,8 @@ def predict(run: dict, profile: str, per_prompt: bool = False, seeds: int = 1, m
     """The simulator's p50/p95 end-to-end latency for the run's completed requests, and its error;
     with ``per_prompt`` also with every request's prompt as its class (``*_per_prompt``); where the
     run measured its plain steps' cost, also with the profile scaled to it (``*_at_speed``); where it
-    recorded its speed window by window, also at that speed over time (``*_timeline``).
+    recorded its speed window by window, also at that speed over time (``*_timeline``), with the
+    serving overhead it measured (``serving_overhead``) where it did.
 
     ``seeds``: the simulator draws acceptance at random, so one replay is one draw of what the
     profile predicts; with several seeds each percentile is the median over the replays (the error is
@@ -200,6 +212,7 @@ def predict(run: dict, profile: str, per_prompt: bool = False, seeds: int = 1, m
         context = sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in rows) / len(rows)
         profiles["_at_speed"], out["speed_factor"] = at_speed(profile, plain["mean_s"], context)
     timeline = run.get("speed_timeline")
+    overhead = {k: run["serving_overhead"][k] for k in OVERHEAD_FIELDS} if run.get("serving_overhead") else None
     for suffix, by_prompt in (("", False), ("_per_prompt", True)):
         if by_prompt and not per_prompt:
             continue
@@ -207,12 +220,12 @@ def predict(run: dict, profile: str, per_prompt: bool = False, seeds: int = 1, m
             raise ValueError("per_prompt: this run's trace does not record each request's prompt id")
         replay = [{**r, "class": r["id"]} for r in rows] if by_prompt else rows
         # as calibrated; at the run's mean speed; at its speed window by window (its step records)
-        variants = [(name, chosen, None) for name, chosen in profiles.items()]
-        variants += [("_timeline", profile, timeline)] if timeline else []
-        for speed, chosen, points in variants:
+        variants = [(name, chosen, None, None) for name, chosen in profiles.items()]
+        variants += [("_timeline", profile, timeline, overhead)] if timeline else []
+        for speed, chosen, points, extra in variants:
             # seed = the round for one replay, as every result before seeds were added was simulated
             draws = [simulate_trace(replay, chosen, CONFIGS[run["config"]][1], run["round"] * seeds + i,
-                                    speed=points)["e2e_s"] for i in range(seeds)]
+                                    speed=points, overhead=extra)["e2e_s"] for i in range(seeds)]
             predicted = {q: float(statistics.median(d[q] for d in draws)) for q in ("p50", "p95")}
             measured = run["e2el_s"]
             out["simulated_e2e_s" + suffix + speed] = predicted
@@ -228,6 +241,38 @@ def run_timeline(store: Path, origin: float, cost, until: float | None = None,
     step records from ``origin`` (to ``until``), once the telemetry writer has flushed them."""
     time.sleep(STORE_FLUSH_S)
     return timeline_from_steps(read_steps(store, since=origin, until=until), cost, origin, window_s)
+
+
+def measure_overhead(store: Path, probes: list[tuple[float, float]], cost) -> dict:
+    """The server's time outside the forwards (``simulator.speed.serving_overhead``), measured on the
+    probe requests (none of the run's own), from the server's records of them and the client's
+    timings; read once the telemetry writer has flushed them (``run_timeline`` waits for it)."""
+    rows = [r for r in read_requests(store, since=probes[0][0]) if r["key"] == PROBE_KEY]
+    matched, client = [], []
+    for sent, answered in probes:
+        row = next((r for r in rows if sent <= r["start_time"] and r["end_time"] <= answered), None)
+        if row is not None:
+            matched.append(row)
+            client.append(answered - sent)
+    if not matched:
+        raise RuntimeError("no probe request found in the server's telemetry store")
+    steps = read_steps(store, since=probes[0][0])
+    return serving_overhead(matched, steps, client, cost)
+
+
+def measured_its_overhead(run: dict) -> bool:
+    """Whether the run measured its own serving overhead (not borrowed, not served before it was measured)."""
+    return "serving_overhead" in run and "from" not in run["serving_overhead"]
+
+
+def borrowed_overhead(result: dict, source: str) -> dict:
+    """The median of ``result``'s measured serving overheads, field by field, for a run that measured
+    none; it records where it came from (``from``)."""
+    measured = [r["serving_overhead"] for r in result["runs"] if measured_its_overhead(r)]
+    if not measured:
+        raise ValueError("no run in it measured its serving overhead")
+    return {**{k: float(statistics.median(m[k] for m in measured)) for k in OVERHEAD_FIELDS},
+            "from": f"the median of {len(measured)} runs' in {source}"}
 
 
 def calibrate(args: argparse.Namespace) -> None:
@@ -280,6 +325,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calibrate", action="store_true", help="first calibrate --profile (per prompt) on --prompts")
     parser.add_argument("--resimulate", type=Path, help="only redo the simulator's predictions of this result file "
                         "with --profile (e.g. one calibrated on the machine that served), writing --out")
+    parser.add_argument("--overhead-from", type=Path, help="with --resimulate: a run that did not measure its serving "
+                        "overhead (served before this benchmark measured it) takes the median of this result file's "
+                        "measured ones")
     args = parser.parse_args(argv)
     for name, value in (("rate", args.rate), ("phase_s", args.phase_s), ("max_tokens", args.max_tokens),
                         ("rounds", args.rounds), ("sim_seeds", args.sim_seeds), *(("also_rate", r) for r in args.also_rate)):
@@ -295,6 +343,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("calibrate: --resimulate replays a recorded run; calibrating now would not describe it")
     if args.resimulate is not None and not args.resimulate.is_file():
         parser.error(f"resimulate={str(args.resimulate)!r}: no such file")
+    if args.overhead_from is not None and args.resimulate is None:
+        parser.error("overhead_from: only with --resimulate (a new run measures its own)")
+    borrowed = None
+    if args.overhead_from is not None:
+        try:
+            borrowed = borrowed_overhead(json.loads(args.overhead_from.read_text()), str(args.overhead_from))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            parser.error(f"overhead_from={str(args.overhead_from)!r}: {exc}")
     args.profile = args.profile or str(ROOT / "simulator" / "profiles" / "smollm2_cpu.json")
     unknown = [c for c in args.configs.split(",") if c not in CONFIGS]
     if unknown:
@@ -305,6 +361,8 @@ def main(argv: list[str] | None = None) -> None:
             for run in result["runs"]:
                 for key in [k for k in run if k.startswith(("simulated_e2e_s", "simulator_error", "speed_factor"))]:
                     del run[key]  # the previous predictions: none may outlive this one
+                if borrowed is not None and not measured_its_overhead(run):
+                    run["serving_overhead"] = borrowed
                 run.update(predict(run, args.profile, args.per_prompt, args.sim_seeds, result.get("max_tokens")))
         except (KeyError, TypeError, ValueError) as exc:
             parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_shift result this can replay ({exc})")
@@ -333,15 +391,16 @@ def main(argv: list[str] | None = None) -> None:
             for config, rate in plan:
                 print(f"round {r + 1}/{args.rounds}: {config} at {rate:g} req/s", flush=True)
                 before = scrape_plain_steps(url)
-                probe(url, args.prompts, args.endpoint)
+                probes = probe(url, args.prompts, args.endpoint)
                 report = loadgen(url, args, config, rate, r, Path(tmp) / f"{config}-{rate}-{r}.json")
                 end = time.time()
-                probe(url, args.prompts, args.endpoint)
+                probes += probe(url, args.prompts, args.endpoint)
                 after = scrape_plain_steps(url)
                 steps = after[1] - before[1]
                 run = {"round": r, "config": config, "rate": rate, **summarize(report),
                        "plain_steps": {"count": steps, "mean_s": (after[0] - before[0]) / steps if steps else None},
-                       "speed_timeline": run_timeline(store, report["origin_unix"], cost, end)}
+                       "speed_timeline": run_timeline(store, report["origin_unix"], cost, end),
+                       "serving_overhead": measure_overhead(store, probes, cost)}
                 run.update(predict(run, args.profile, args.per_prompt, args.sim_seeds, args.max_tokens))
                 runs.append(run)
                 print(f"  e2el p50 {run['e2el_s']['p50']:.2f} s, p95 {run['e2el_s']['p95']:.2f} s, goodput "
@@ -353,6 +412,9 @@ def main(argv: list[str] | None = None) -> None:
                         sim, err = run["simulated_e2e_s" + suffix + speed], run["simulator_error" + suffix + speed]
                         print(f"  simulated{(suffix + speed).replace('_', ' ')}: p50 {sim['p50']:.2f} s "
                               f"({err['p50']:+.1%}), p95 {sim['p95']:.2f} s ({err['p95']:+.1%})", flush=True)
+                o = run["serving_overhead"]
+                print(f"  serving overhead over {o['requests']} probes: {o['request_s'] * 1e3:.1f} ms a request, "
+                      f"{o['step_s'] * 1e3:.2f} ms a step, {o['client_s'] * 1e3:.1f} ms outside the engine", flush=True)
                 if run.get("speed_factor"):
                     print(f"  plain step {run['plain_steps']['mean_s'] * 1e3:.1f} ms over "
                           f"{run['plain_steps']['count']:.0f} steps: profile x{run['speed_factor']:.3f}", flush=True)

@@ -88,6 +88,7 @@ class BatchingReplica(Replica):
             if not running and not self.queue and self.joining is None:
                 yield from self.wait_for_work()
             admitted, prefill_s = self.admit(len(running))  # 1
+            prefill_s += self.overhead.request_s * len(admitted)
             if prefill_s > 0:
                 yield env.timeout(prefill_s)
             if admitted:
@@ -118,7 +119,7 @@ class BatchingReplica(Replica):
                     looked_up.setdefault(plan.drafter, []).append(draft.looked_up)
                 steps.append((plan, draft))
             seconds = self.iteration_s(running, steps, looked_up)
-            yield env.timeout(seconds)  # 4, 5
+            yield env.timeout(seconds + self.overhead.step_s)  # 4, 5
             if self.draft_cap is not None:  # every iteration teaches the cost; a capped one, the cap's gain
                 gained = [draft.accepted + 1 for (_, draft), capped in zip(steps, bound) if capped]
                 self.draft_cap.observe(len(running), max(draft.proposed + 1 for _, draft in steps), seconds, cap,

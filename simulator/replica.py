@@ -11,7 +11,7 @@ Each request is served through the step protocol the engine uses (``policies.ses
                                               match gate cuts a lookup's draft (simulator/drafts.py);
                                               with a recorded stream, the lookup runs on its tokens
     3. cost:     draft_s + verify_s from the fitted cost model
-    4. advance:  yield env.timeout(draft_s + verify_s)   (one event per step)
+    4. advance:  yield env.timeout(draft_s + verify_s + the scenario's overhead.step_s)   (one event per step)
     5. finish:   session.finish(...)          the StepOutcome; the policy learns; hooks.on_step
 
 A plain step also runs the request's shadow drafts (``ShadowDraws``: the lookups' would-be
@@ -33,6 +33,7 @@ from policies.session import DecodeSession
 from simulator.drafts import Draft, ProfileDrafts
 from simulator.entities import Request, RequestClass
 from simulator.policy_factory import PolicyPool
+from simulator.scenario import Overhead
 
 # what a step passes the session for its shadow drafts: no tokens (ShadowDraws draws outcomes), but
 # not None, which would skip them
@@ -43,8 +44,9 @@ class Replica:
     """What all replica kinds share: a FIFO queue with a wake-up event, policies, randomness."""
 
     def __init__(self, env: simpy.Environment, index: int, cost, classes: dict[str, RequestClass],
-                 policies: PolicyPool, hooks, seed: int, drafts=None) -> None:
+                 policies: PolicyPool, hooks, seed: int, drafts=None, overhead: Overhead | None = None) -> None:
         self.env, self.index, self.cost, self.classes = env, index, cost, classes
+        self.overhead = overhead or Overhead()
         self.policies, self.hooks = policies, hooks
         # acceptance draws: stdlib's random is far cheaper per call than numpy's in a per-step loop
         self.drafts = drafts if drafts is not None else ProfileDrafts(classes, random.Random(seed).random)
@@ -76,12 +78,12 @@ class Replica:
         self.hooks.on_request_start(request, self.env.now)
 
     def first_token(self, request: Request) -> None:
-        request.first_token_s = self.env.now
+        request.first_token_s = self.env.now + self.overhead.client_s  # the client sees it that much later
         request.generated = 1  # prefill's logits give the first token
         self.hooks.on_first_token(request, self.env.now)
 
     def finish(self, request: Request) -> None:
-        request.finish_s = self.env.now
+        request.finish_s = self.env.now + self.overhead.client_s
         self.in_service -= 1
         self.hooks.on_request_completion(request, self.env.now)
 
@@ -127,7 +129,7 @@ class SerialReplica(Replica):
                 yield from self.wait_for_work()
             request = self.queue.popleft()
             self.start(request)
-            yield env.timeout(cost.prefill_s(request.prompt_tokens))
+            yield env.timeout(cost.prefill_s(request.prompt_tokens) + self.overhead.request_s)
             self.first_token(request)
             session = self.open_session(request)
             klass = request.klass
@@ -138,7 +140,7 @@ class SerialReplica(Replica):
                 draft = drafts.draw(klass, session, plan, tokens)  # 2
                 draft_s = self.draft_s(plan.drafter, plan.k, draft)  # 3
                 verify_s = cost.verify_s(draft.proposed + 1, context)
-                yield env.timeout(draft_s + verify_s)  # 4
+                yield env.timeout(draft_s + verify_s + self.overhead.step_s)  # 4
                 emitted = min(draft.accepted + 1, request.output_tokens - request.generated)
                 outcome = session.finish(plan, draft.proposed, draft.accepted, emitted, draft_s, verify_s, context,  # 5
                                          first_token_right=draft.first_token_right, match_order=draft.match_order,

@@ -120,9 +120,9 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
         if scenario.replicas.mode == "batching":
             replicas.append(BatchingReplica(*args, max_batch=scenario.replicas.max_batch,
                                             draft_cap=scenario.replicas.draft_cap,
-                                            prefill_chunk=scenario.replicas.prefill_chunk))
+                                            prefill_chunk=scenario.replicas.prefill_chunk, overhead=scenario.overhead))
         else:
-            replicas.append(SerialReplica(*args))
+            replicas.append(SerialReplica(*args, overhead=scenario.overhead))
     env.process(arrivals(env, requests, replicas, scenario.replicas.router, hooks, _stream_seed(seed, TRAFFIC, 1),
                          client))
     return Simulation(env, scenario, replicas, metrics, cost)

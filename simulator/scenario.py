@@ -29,6 +29,11 @@ Top-level fields (``*`` required)::
     drain_s       after arrivals stop, stop simulating this much later (null: until all finish)
     speed         [{at_s, factor}, ...]: every cost x factor from at_s on (the machine's speed
                   drifting from the profile's; simulator/speed.py)            default: none
+    overhead      {request_s, step_s, client_s}: seconds a served request spends outside the
+                  model's forwards (a server's, measured: benchmarks/serve_shift.py); request_s
+                  and step_s hold the replica (per request before its first token, per decode
+                  step), client_s holds nothing (HTTP, chat template, tokenizing: added to each
+                  request's first token and end); speed does not scale them      default: all 0
     compare       {policies: [spec, ...]}                              for ``simulate compare``
     capacity      {max_replicas}                                       for ``simulate capacity``
 """
@@ -108,6 +113,15 @@ class ReplayWorkload:
 
 
 @dataclass(frozen=True)
+class Overhead:
+    """What a served request costs besides the forwards the profile prices (``overhead`` above)."""
+
+    request_s: float = 0.0  # on the replica, before the first token (the request's setup in the engine)
+    step_s: float = 0.0  # on the replica, every decode step (sampling, acceptance, the controller, streaming)
+    client_s: float = 0.0  # off the replica: between the client and the engine, both ways
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     profile: Profile
@@ -123,6 +137,7 @@ class Scenario:
     compare_policies: tuple[str, ...] = ()
     max_replicas: int = 64  # capacity search gives up above this many replicas
     speed: tuple[tuple[float, float], ...] = ()  # (at_s, factor): costs x factor from at_s on (simulator/speed.py)
+    overhead: Overhead = field(default_factory=Overhead)
 
     def with_(self, **changes) -> Scenario:
         return replace(self, **changes)
@@ -195,6 +210,12 @@ def _speed(raw: object) -> tuple[tuple[float, float], ...]:
         points.append((float(_num(_required(point, "at_s", f"speed[{i}]"), f"speed[{i}].at_s", strict=False)),
                        float(_num(_required(point, "factor", f"speed[{i}]"), f"speed[{i}].factor"))))
     return tuple(sorted(points))
+
+
+def _overhead(raw: object) -> Overhead:
+    raw = _mapping(raw, "overhead")
+    _only(raw, ("request_s", "step_s", "client_s"), "overhead")
+    return Overhead(**{name: float(_num(value, f"overhead.{name}", strict=False)) for name, value in raw.items()})
 
 
 def _choice(value: object, options: tuple[str, ...], path: str) -> str:
@@ -291,7 +312,7 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
     """Validate a parsed scenario; relative paths resolve against ``base_dir``."""
     raw = _mapping(raw, "scenario")
     _only(raw, ("name", "seed", "profile", "classes", "workload", "replicas", "policy", "policy_scope",
-                "slo", "metrics", "drain_s", "compare", "capacity", "speed"), "")
+                "slo", "metrics", "drain_s", "compare", "capacity", "speed", "overhead"), "")
     base_dir = Path(base_dir)
     profile_raw = _required(raw, "profile", "")
     if isinstance(profile_raw, Profile):
@@ -355,6 +376,7 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         compare_policies=tuple(specs),
         max_replicas=int(_num(cap.get("max_replicas", 64), "capacity.max_replicas", integer=True)),
         speed=_speed(raw.get("speed") or []),
+        overhead=_overhead(raw.get("overhead") or {}),
     )
     from simulator.policy_factory import policy_builder  # validate policy specs now, not mid-run
 

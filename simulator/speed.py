@@ -12,6 +12,7 @@ does to latency.
 from __future__ import annotations
 
 import bisect
+import statistics
 from collections.abc import Callable, Sequence
 
 from simulator.cost_model import forward_verify_s
@@ -109,3 +110,42 @@ def timeline_from_steps(steps: Sequence[dict], cost, origin: float, window_s: fl
         if counts[window] >= min_steps and priced[window] > 0:
             points.append((window * window_s, measured[window] / priced[window]))
     return points
+
+
+def serving_overhead(requests: Sequence[dict], steps: Sequence[dict], client_e2e_s: Sequence[float], cost) -> dict:
+    """What served requests spent outside the forwards ``cost`` prices: a scenario's ``overhead``.
+
+    From some requests served one at a time (the telemetry store's ``requests`` rows: ``run_id``,
+    ``request_id``, ``start_time``, ``end_time``, ``prompt_tokens``, ``ttft_s``), their ``steps``
+    rows, and each one's end-to-end seconds as its client measured them (in the order of
+    ``requests``), the median over the requests of
+
+    - ``client_s``: the client's seconds over the engine's (``end_time - start_time``): HTTP, the
+      chat template, tokenizing, the response;
+    - ``request_s``: the engine's time to first token over the prefill ``cost`` prices, at the
+      request's own speed (its verifies as measured over as priced); 0 where the prefill is
+      priced dearer than it ran (a time cannot be negative);
+    - ``step_s``: a decode step's seconds since the token before it, less its draft and verify.
+    """
+    if len(requests) != len(client_e2e_s) or not requests:
+        raise ValueError(f"client_e2e_s: one per request, got {len(client_e2e_s)} for {len(requests)} requests")
+    by_request: dict[tuple, list[dict]] = {}
+    for step in steps:
+        by_request.setdefault((step["run_id"], step["request_id"]), []).append(step)
+    client, setup, gaps = [], [], []
+    for row, e2e_s in zip(requests, client_e2e_s):
+        own = sorted(by_request.get((row["run_id"], row["request_id"]), []), key=lambda s: s["time"])
+        priced = sum(cost.verify_s(s["proposed"] + 1, s["context_len"]) for s in own)
+        if not own or not priced > 0:
+            continue  # no decode step to measure its speed on
+        speed = sum(s["verify_s"] for s in own) / priced
+        client.append(e2e_s - (row["end_time"] - row["start_time"]))
+        setup.append(row["ttft_s"] - speed * cost.prefill_s(row["prompt_tokens"]))
+        last = row["start_time"] + row["ttft_s"]
+        for step in own:
+            gaps.append(step["time"] - last - step["draft_s"] - step["verify_s"])
+            last = step["time"]
+    if not client:
+        raise ValueError("requests: none has decode steps recorded (a store written with steps=1?)")
+    return {"request_s": max(0.0, float(statistics.median(setup))), "step_s": float(statistics.median(gaps)),
+            "client_s": float(statistics.median(client)), "requests": len(client), "steps": len(gaps)}

@@ -175,8 +175,11 @@ def test_a_served_shift_with_speed_timelines_leads_with_the_timeline_predictions
     path = results_copy / "serve_shift.json"
     data = json.loads(path.read_text())
     data["timeline_window_s"] = 30.0
-    for run in data["runs"]:
+    for i, run in enumerate(data["runs"]):
         run["speed_timeline"] = [[0.0, 0.8], [30.0, 1.25]]
+        run["serving_overhead"] = {"request_s": 0.004, "step_s": 0.0007, "client_s": 0.031, "requests": 6, "steps": 280}
+        if i == 0:  # served before the overhead was measured: borrowed
+            run["serving_overhead"]["from"] = "the median of 3 runs' in x.json"
         for suffix in ("", "_per_prompt"):
             run["simulated_e2e_s" + suffix + "_timeline"] = {"p50": 1.11, "p95": 2.22}
             run["simulator_error" + suffix + "_timeline"] = {"p50": 0.04, "p95": -0.09}
@@ -186,7 +189,9 @@ def test_a_served_shift_with_speed_timelines_leads_with_the_timeline_predictions
     section = make_results.render(results_copy, results_kit.dates_in(COMMITTED)).split(
         "## Served traffic through a shift")[1].split("\n## ")[0]
     first = section.split("At the window's mean speed")[0]
-    assert "| ×0.80-1.25 over 2 | 1.11 (+4%) | 2.22 (-9%) |" in first  # the timeline replay leads
+    # the timeline replay leads, with the serving overhead it priced
+    assert first.count("| ×0.80-1.25 over 2 | 4 + 0.7/step + 31 ms | 1.11 (+4.0%) | 2.22 (-9.0%) |") == len(data["runs"]) - 1
+    assert first.count("| 4 + 0.7/step + 31 ms † |") == 1 and "`--overhead-from`" in first
     assert "With the profile as calibrated:" in section and "30 s windows" in section
 
 
@@ -205,4 +210,4 @@ def test_a_served_shift_predicted_over_several_seeds_shows_the_replays_spread(re
         "## Served traffic through a shift")[1].split("\n## ")[0]
     assert "median of 3 replays" in section and "--sim-seeds 3" in section
     first = section.split("At the window's mean speed")[0]
-    assert first.count("(+0%; -30% to +20%)") == 2 * len(data["runs"])  # p50 and p95 of every run, by kind
+    assert first.count("(+0.0%; -30.0% to +20.0%)") == 2 * len(data["runs"])  # p50 and p95 of every run, by kind

@@ -99,3 +99,91 @@ def test_a_prediction_over_several_seeds_is_the_median_of_its_replays():
     for q in ("p50", "p95"):
         assert many["simulated_e2e_s"][q] == statistics.median(d[q] for d in draws)
         assert many["simulator_error"][q] == pytest.approx(many["simulated_e2e_s"][q] / run["e2el_s"][q] - 1)
+
+
+def test_the_serving_overhead_is_measured_on_the_probes_alone(tmp_path):
+    import time
+
+    from benchmarks.serve_shift import PROBE_KEY, measure_overhead
+    from adaptive_spec.telemetry.store import connect, write_batch
+
+    cost = fit_cost_model(load_profile(PROFILE))
+    plain, prefill = cost.verify_s(1, 60), cost.prefill_s(40)
+    now = time.time()
+    rows, probes = [], []
+    for i, key in enumerate([PROBE_KEY, "a-run", PROBE_KEY]):
+        start = now + 100 * i
+        ttft = prefill + 0.01  # each: 10 ms of setup, 1 ms a step, 30 ms outside the engine
+        t = start + ttft
+        for _ in range(10):
+            t += 0.001 + plain
+            rows.append(("steps", ("run", i, t, "smollm2", key, "none", 0, 0, 0, 1, 0.0, plain, 60)))
+        if key == "a-run":  # a request of the run itself, slower in every way: not measured
+            ttft, t = ttft + 5.0, t + 5.0
+        rows.append(("requests", ("run", i, "smollm2", key, "off", start, t, 40, 11, 48, 0.0, "length", None,
+                                  ttft, t - start - ttft, 0.0, 10, 0, 0, 0, "", "none")))
+        if key == PROBE_KEY:
+            probes.append((start - 0.015, t + 0.015))
+    conn = connect(tmp_path / "steps.sqlite")
+    write_batch(conn, rows)
+    conn.close()
+    measured = measure_overhead(tmp_path / "steps.sqlite", probes, cost)
+    assert measured["requests"] == 2 and measured["steps"] == 20
+    assert measured["request_s"] == pytest.approx(0.01, abs=1e-6)
+    assert measured["step_s"] == pytest.approx(0.001, abs=1e-6)
+    assert measured["client_s"] == pytest.approx(0.03, abs=1e-6)
+
+
+def test_the_measured_overhead_is_priced_along_the_timeline_only():
+    from benchmarks.serve_shift import predict
+
+    trace = [{"arrival_s": 20.0 * i, "id": f"p{i}", "class": "open", "prompt_tokens": 60, "output_tokens": 40,
+              "ok": True, "status": "ok", "ttft_ms": 200.0, "e2el_ms": 3000.0} for i in range(10)]
+    run = {"config": "plain", "round": 0, "trace": trace, "e2el_s": {"p50": 3.0, "p95": 4.0},
+           "speed_timeline": [(0.0, 1.0)]}
+    bare = predict(run, PROFILE)
+    served = predict({**run, "serving_overhead": {"request_s": 0.02, "step_s": 0.001, "client_s": 0.03,
+                                                  "requests": 6, "steps": 280}}, PROFILE)
+    assert served["simulated_e2e_s"] == bare["simulated_e2e_s"]  # as calibrated: the forwards alone
+    for q in ("p50", "p95"):  # no request waits for another: each is later by its own overhead
+        assert served["simulated_e2e_s_timeline"][q] == pytest.approx(bare["simulated_e2e_s_timeline"][q] + 0.02 + 39 * 0.001 + 0.03)
+
+
+def test_a_run_served_before_overheads_were_measured_borrows_the_median_of_those_that_were(tmp_path):
+    import json
+
+    from benchmarks.serve_shift import main
+
+    trace = [{"arrival_s": 20.0 * i, "id": f"p{i}", "class": "open", "prompt_tokens": 60, "output_tokens": 40,
+              "ok": True, "status": "ok", "ttft_ms": 200.0, "e2el_ms": 3000.0} for i in range(6)]
+    old = {"config": "plain", "round": 0, "trace": trace, "e2el_s": {"p50": 3.0, "p95": 4.0},
+           "speed_timeline": [(0.0, 1.0)]}
+    measured = [{"request_s": r, "step_s": s, "client_s": c, "requests": 6, "steps": 280}
+                for r, s, c in [(0.01, 0.001, 0.03), (0.03, 0.002, 0.02), (0.02, 0.004, 0.04)]]
+    result = {"max_tokens": 64, "runs": [old, *({**old, "round": 1, "serving_overhead": m} for m in measured)]}
+    source = tmp_path / "shift.json"
+    source.write_text(json.dumps(result))
+    out = tmp_path / "out.json"
+    main(["--resimulate", str(source), "--overhead-from", str(source), "--sim-seeds", "1", "--profile", PROFILE,
+          "--out", str(out)])
+    runs = json.loads(out.read_text())["runs"]
+    borrowed = runs[0]["serving_overhead"]
+    assert {k: borrowed[k] for k in ("request_s", "step_s", "client_s")} == pytest.approx(
+        {"request_s": 0.02, "step_s": 0.002, "client_s": 0.03})  # field by field
+    assert "3 runs'" in borrowed["from"]
+    assert [r["serving_overhead"] for r in runs[1:]] == measured  # a run's own measurement stays
+    assert runs[0]["simulated_e2e_s_timeline"]["p50"] > runs[0]["simulated_e2e_s"]["p50"]
+    with pytest.raises(SystemExit):
+        main(["--overhead-from", str(source), "--out", str(out)])  # nothing to resimulate
+
+
+def test_borrowing_from_a_file_without_measured_overheads_is_refused_naming_it(tmp_path, capsys):
+    import json
+
+    from benchmarks.serve_shift import main
+
+    source = tmp_path / "shift.json"
+    source.write_text(json.dumps({"runs": [{"config": "plain"}]}))
+    with pytest.raises(SystemExit):
+        main(["--resimulate", str(source), "--overhead-from", str(source), "--out", str(tmp_path / "o.json")])
+    assert "overhead_from=" in capsys.readouterr().err

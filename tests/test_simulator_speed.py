@@ -103,3 +103,81 @@ def test_a_batched_runs_rows_of_one_step_are_priced_as_one_padded_forward():
     # 1.2x the padded batch's price (priced row by row it would read 2.4x); then as priced
     assert [t for t, _ in points] == [0.0, 30.0, 60.0]
     assert [f for _, f in points] == pytest.approx([1.2, 1.2, 1.0])
+
+
+def _table(rows, mode, overhead):
+    raw = scenario_dict(workload={"replay": rows}, policy="none", replicas={"count": 1, "mode": mode},
+                        overhead=overhead)
+    env = simpy.Environment()
+    sim = build_simulation(env, scenario_from_dict(raw), cost=FixedCost())
+    env.run()
+    return sim.metrics.table()
+
+
+@pytest.mark.parametrize("mode", ["serial", "batching"])
+def test_a_servers_overhead_holds_the_replica_per_request_and_step_and_delays_only_the_client(mode):
+    overhead = {"request_s": 0.2, "step_s": 0.1, "client_s": 0.05}
+    alone = [{"arrival_s": 100.0 * i, "class": "copy", "prompt_tokens": 40, "output_tokens": 10} for i in range(3)]
+    table = _table(alone, mode, overhead)
+    # FixedCost: prefill 1 s, 9 plain forwards of 0.5 s; then the request's setup, 9 steps' overhead
+    # and the way to and from the client
+    assert table.ttft_s == pytest.approx([1.0 + 0.2 + 0.05] * 3)
+    assert table.e2e_s == pytest.approx([5.5 + 0.2 + 9 * 0.1 + 0.05] * 3)
+    assert _table(alone, mode, None).e2e_s == pytest.approx([5.5] * 3)  # none given: none priced
+
+
+def test_the_next_request_waits_for_the_engines_overhead_not_the_clients():
+    together = [{"arrival_s": 0.0, "class": "copy", "prompt_tokens": 40, "output_tokens": 10} for _ in range(2)]
+    table = _table(together, "serial", {"request_s": 0.2, "step_s": 0.1, "client_s": 0.05})
+    held = 5.5 + 0.2 + 9 * 0.1  # what the first request held the replica for
+    assert table.e2e_s == pytest.approx([held + 0.05, 2 * held + 0.05])
+
+
+@pytest.mark.parametrize("overhead, field", [
+    ({"step_s": -0.001}, "overhead.step_s must be >= 0"),
+    ({"client_s": "fast"}, "overhead.client_s must be a number"),
+    ({"queue_s": 0.1}, "overhead.queue_s is not a known field"),
+    ([0.1], "overhead must be"),
+])
+def test_a_bad_overhead_is_refused_by_field(overhead, field):
+    with pytest.raises(ValueError, match=field):
+        scenario_from_dict(scenario_dict(overhead=overhead))
+
+
+def test_a_servers_overhead_is_measured_from_its_records_of_requests_and_steps():
+    from simulator.speed import serving_overhead
+
+    class Priced:  # prefill 100 ms, a plain step 50 ms
+        def prefill_s(self, prompt_tokens):
+            return 0.1
+
+        def verify_s(self, tokens, context_len, *args):
+            return 0.05
+
+    requests, steps, client = [], [], []
+    for i, (speed, setup, gap, outside) in enumerate([(1.0, 0.010, 0.001, 0.030), (2.0, 0.012, 0.002, 0.040),
+                                                       (1.0, 0.020, 0.001, 0.035)]):
+        start = 1000.0 * (i + 1)
+        ttft = speed * 0.1 + setup  # the prefill at the request's own speed, then its setup
+        requests.append({"run_id": "r", "request_id": i, "start_time": start, "prompt_tokens": 40, "ttft_s": ttft})
+        t = start + ttft
+        for _ in range(5):
+            t += gap + 0.003 + speed * 0.05  # each step: its overhead, a lookup, the verify
+            steps.append({"run_id": "r", "request_id": i, "time": t, "proposed": 0, "context_len": 50,
+                          "draft_s": 0.003, "verify_s": speed * 0.05})
+        requests[-1]["end_time"] = t
+        client.append(t - start + outside)
+    steps.append({"run_id": "other", "request_id": 0, "time": 1500.0, "proposed": 0, "context_len": 50,
+                  "draft_s": 0.0, "verify_s": 9.0})  # another run's step: not these requests'
+    measured = serving_overhead(requests, steps, client, Priced())
+    assert measured["request_s"] == pytest.approx(0.012)  # medians over the requests
+    assert measured["step_s"] == pytest.approx(0.001)
+    assert measured["client_s"] == pytest.approx(0.035)
+    assert (measured["requests"], measured["steps"]) == (3, 15)
+    for row in requests:
+        row["ttft_s"] = 0.05  # a prefill faster than priced is no overhead
+    assert serving_overhead(requests, steps, client, Priced())["request_s"] == 0.0
+    with pytest.raises(ValueError, match="client_e2e_s"):
+        serving_overhead(requests, steps, client[:2], Priced())
+    with pytest.raises(ValueError, match="steps=1"):
+        serving_overhead(requests, [], client, Priced())
