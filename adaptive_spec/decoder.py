@@ -13,6 +13,7 @@ to callers.
 
 from __future__ import annotations
 
+import importlib
 import secrets
 import threading
 import time
@@ -101,6 +102,11 @@ class SpeculativeDecoder:
                 "drafter", drafter.name, f"vocabulary size {drafter.vocab_size} differs from the target's {self.target.vocab_size}"
             )
         self.drafters[drafter.name] = drafter
+        if drafter.vocab_size is not None:
+            # a model drafter's drafts meet the controllers' learned early stop, whose module
+            # imports scikit-learn (a second or more on a small CPU) on first use: pay that while
+            # loading, not as a stall inside the first request that drafts with this drafter
+            importlib.import_module("policies.early_stop")
 
     # -- prompts -----------------------------------------------------------------------------------
 
