@@ -299,11 +299,12 @@ def serve_shift_section(results_dir: Path, dates: dict | None) -> str:
                  "controller and queueing stay the simulator's to predict."
                  + (" Along the timeline the simulator also prices the server's time outside the forwards (the "
                     "scenario's `overhead`; *overhead* column, ms), measured on the plain requests that open and close "
-                    "each run (none of the run's own: `simulator.speed.serving_overhead`): the engine's setup of a "
-                    "request (its time to first token over the prefill the profile prices at its speed), each decode "
-                    "step's time besides its draft and verify, and the time between client and engine (HTTP, chat "
-                    "template, tokenizing), which holds nothing. † marks a run served before the benchmark measured "
-                    "it: it takes the median of the runs that did (`--overhead-from`)." if overheads else "")
+                    "each run, streamed over an open connection as loadgen sends (none of the run's own requests: "
+                    "`simulator.speed.serving_overhead`): each decode step's time besides its draft and verify; the "
+                    "rest of the engine's time on a request (setup, wrap-up, the prefill's departure from its price "
+                    "at the request's speed); and the time between client and engine (HTTP, chat template, "
+                    "tokenizing), which holds nothing. † marks a run served before the benchmark measured it this "
+                    "way: it takes the median of the runs that did (`--overhead-from`)." if overheads else "")
                  + " The second table predicts with one factor "
                  "for the whole run, from the plain steps (no draft verified) of its window on `/metrics`, which three "
                  "plain requests open and close; the third with the profile as calibrated.")

@@ -48,6 +48,7 @@ class ClientSlots:
     runs): ``arrivals`` takes a slot before sending, a completion gives it back. A hook."""
 
     def __init__(self, env: simpy.Environment, limit: int) -> None:
+        self.env = env
         self.slots = simpy.Resource(env, capacity=limit)
         self.held: dict[int, object] = {}  # request id -> its slot
 
@@ -57,7 +58,16 @@ class ClientSlots:
         return slot
 
     def on_request_completion(self, request: Request, now: float) -> None:
-        self.slots.release(self.held.pop(request.id))
+        slot = self.held.pop(request.id)
+        later = request.finish_s - now  # the client hears of it after the scenario's overhead.client_s
+        if later > 0:
+            self.env.process(self._release(slot, later))
+        else:
+            self.slots.release(slot)
+
+    def _release(self, slot, after_s: float):
+        yield self.env.timeout(after_s)
+        self.slots.release(slot)
 
     def on_request_arrival(self, request, now): ...
     def on_request_start(self, request, now): ...

@@ -32,8 +32,9 @@ Top-level fields (``*`` required)::
     overhead      {request_s, step_s, client_s}: seconds a served request spends outside the
                   model's forwards (a server's, measured: benchmarks/serve_shift.py); request_s
                   and step_s hold the replica (per request before its first token, per decode
-                  step), client_s holds nothing (HTTP, chat template, tokenizing: added to each
-                  request's first token and end); speed does not scale them      default: all 0
+                  step; batching: per iteration), client_s holds only the client's slot under
+                  workload.concurrency (HTTP, chat template, tokenizing: added to each request's
+                  first token and end); speed does not scale them                default: all 0
     compare       {policies: [spec, ...]}                              for ``simulate compare``
     capacity      {max_replicas}                                       for ``simulate capacity``
 """
@@ -41,6 +42,7 @@ Top-level fields (``*`` required)::
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -116,8 +118,8 @@ class ReplayWorkload:
 class Overhead:
     """What a served request costs besides the forwards the profile prices (``overhead`` above)."""
 
-    request_s: float = 0.0  # on the replica, before the first token (the request's setup in the engine)
-    step_s: float = 0.0  # on the replica, every decode step (sampling, acceptance, the controller, streaming)
+    request_s: float = 0.0  # on the replica, before the first token (setup, wrap-up, the prefill's departure from its price)
+    step_s: float = 0.0  # on the replica, every decode step or batched iteration (sampling, acceptance, the controller, streaming)
     client_s: float = 0.0  # off the replica: between the client and the engine, both ways
 
 
@@ -215,7 +217,11 @@ def _speed(raw: object) -> tuple[tuple[float, float], ...]:
 def _overhead(raw: object) -> Overhead:
     raw = _mapping(raw, "overhead")
     _only(raw, ("request_s", "step_s", "client_s"), "overhead")
-    return Overhead(**{name: float(_num(value, f"overhead.{name}", strict=False)) for name, value in raw.items()})
+    values = {name: float(_num(value, f"overhead.{name}", strict=False)) for name, value in raw.items()}
+    for name, value in values.items():
+        if not math.isfinite(value):
+            raise ValueError(f"overhead.{name} must be a finite number of seconds, got {raw[name]!r}")
+    return Overhead(**values)
 
 
 def _choice(value: object, options: tuple[str, ...], path: str) -> str:

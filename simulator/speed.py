@@ -116,36 +116,43 @@ def serving_overhead(requests: Sequence[dict], steps: Sequence[dict], client_e2e
     """What served requests spent outside the forwards ``cost`` prices: a scenario's ``overhead``.
 
     From some requests served one at a time (the telemetry store's ``requests`` rows: ``run_id``,
-    ``request_id``, ``start_time``, ``end_time``, ``prompt_tokens``, ``ttft_s``), their ``steps``
-    rows, and each one's end-to-end seconds as its client measured them (in the order of
-    ``requests``), the median over the requests of
+    ``request_id``, ``start_time``, ``end_time``, ``prompt_tokens``, ``ttft_s``: the prefill's own
+    seconds), their ``steps`` rows, and each one's end-to-end seconds as its client measured them
+    (in the order of ``requests``), the median over the requests of
 
-    - ``client_s``: the client's seconds over the engine's (``end_time - start_time``): HTTP, the
-      chat template, tokenizing, the response;
-    - ``request_s``: the engine's time to first token over the prefill ``cost`` prices, at the
-      request's own speed (its verifies as measured over as priced); 0 where the prefill is
-      priced dearer than it ran (a time cannot be negative);
-    - ``step_s``: a decode step's seconds since the token before it, less its draft and verify.
+    - ``step_s``: a decode step's seconds since the step before it, less its draft and verify
+      (the first step's gap is left out: it also holds the request's setup);
+    - ``request_s``: the rest of the engine's time on the request (``end_time - start_time``) once
+      its prefill, priced at the request's own speed (its verifies as measured over as priced),
+      its steps' draft and verify and ``step_s`` a step are taken out: the setup before the
+      prefill, the prefill's departure from its price, the wrap-up after the last step;
+    - ``client_s``: the client's seconds over the engine's: HTTP, the chat template, tokenizing,
+      the response.
+
+    A median below 0 (a cost priced dearer than it ran) is 0: no time is saved by serving.
     """
     if len(requests) != len(client_e2e_s) or not requests:
         raise ValueError(f"client_e2e_s: one per request, got {len(client_e2e_s)} for {len(requests)} requests")
     by_request: dict[tuple, list[dict]] = {}
     for step in steps:
         by_request.setdefault((step["run_id"], step["request_id"]), []).append(step)
-    client, setup, gaps = [], [], []
+    measured = []  # (request row, its steps, its speed, its client seconds)
+    gaps = []
     for row, e2e_s in zip(requests, client_e2e_s):
         own = sorted(by_request.get((row["run_id"], row["request_id"]), []), key=lambda s: s["time"])
         priced = sum(cost.verify_s(s["proposed"] + 1, s["context_len"]) for s in own)
         if not own or not priced > 0:
             continue  # no decode step to measure its speed on
-        speed = sum(s["verify_s"] for s in own) / priced
-        client.append(e2e_s - (row["end_time"] - row["start_time"]))
-        setup.append(row["ttft_s"] - speed * cost.prefill_s(row["prompt_tokens"]))
-        last = row["start_time"] + row["ttft_s"]
-        for step in own:
-            gaps.append(step["time"] - last - step["draft_s"] - step["verify_s"])
-            last = step["time"]
-    if not client:
+        measured.append((row, own, sum(s["verify_s"] for s in own) / priced, e2e_s))
+        gaps += [b["time"] - a["time"] - b["draft_s"] - b["verify_s"] for a, b in zip(own, own[1:])]
+    if not measured:
         raise ValueError("requests: none has decode steps recorded (a store written with steps=1?)")
-    return {"request_s": max(0.0, float(statistics.median(setup))), "step_s": float(statistics.median(gaps)),
-            "client_s": float(statistics.median(client)), "requests": len(client), "steps": len(gaps)}
+    step_s = max(0.0, float(statistics.median(gaps))) if gaps else 0.0
+    rest, client = [], []
+    for row, own, speed, e2e_s in measured:
+        engine_s = row["end_time"] - row["start_time"]
+        forwards_s = speed * cost.prefill_s(row["prompt_tokens"]) + sum(s["draft_s"] + s["verify_s"] for s in own)
+        rest.append(engine_s - forwards_s - step_s * len(own))
+        client.append(e2e_s - engine_s)
+    return {"request_s": max(0.0, float(statistics.median(rest))), "step_s": step_s,
+            "client_s": max(0.0, float(statistics.median(client))), "requests": len(measured), "steps": len(gaps)}

@@ -113,22 +113,23 @@ def test_the_serving_overhead_is_measured_on_the_probes_alone(tmp_path):
     rows, probes = [], []
     for i, key in enumerate([PROBE_KEY, "a-run", PROBE_KEY]):
         start = now + 100 * i
-        ttft = prefill + 0.01  # each: 10 ms of setup, 1 ms a step, 30 ms outside the engine
-        t = start + ttft
+        t = start + 0.01 + prefill  # each: 10 ms of setup, 1 ms a step, 30 ms outside the engine
         for _ in range(10):
             t += 0.001 + plain
             rows.append(("steps", ("run", i, t, "smollm2", key, "none", 0, 0, 0, 1, 0.0, plain, 60)))
-        if key == "a-run":  # a request of the run itself, slower in every way: not measured
-            ttft, t = ttft + 5.0, t + 5.0
-        rows.append(("requests", ("run", i, "smollm2", key, "off", start, t, 40, 11, 48, 0.0, "length", None,
-                                  ttft, t - start - ttft, 0.0, 10, 0, 0, 0, "", "none")))
+        slow = 5.0 if key == "a-run" else 0.0  # a request of the run itself, slower: not measured
+        rows.append(("requests", ("run", i, "smollm2", key, "off", start, t + slow, 40, 11, 48, 0.0, "length", None,
+                                  prefill + slow, t - start - prefill, 0.0, 10, 0, 0, 0, "", "none")))
         if key == PROBE_KEY:
             probes.append((start - 0.015, t + 0.015))
+    # a request of another key inside the first probe's window (as if served beside it), done first
+    rows.append(("requests", ("run", 99, "smollm2", "a-run", "off", now + 0.001, now + 0.002, 40, 1, 48, 0.0,
+                              "length", None, 0.0005, 0.0, 0.0, 0, 0, 0, 0, "", "none")))
     conn = connect(tmp_path / "steps.sqlite")
     write_batch(conn, rows)
     conn.close()
     measured = measure_overhead(tmp_path / "steps.sqlite", probes, cost)
-    assert measured["requests"] == 2 and measured["steps"] == 20
+    assert measured["requests"] == 2 and measured["steps"] == 18  # each probe's gaps after its first step
     assert measured["request_s"] == pytest.approx(0.01, abs=1e-6)
     assert measured["step_s"] == pytest.approx(0.001, abs=1e-6)
     assert measured["client_s"] == pytest.approx(0.03, abs=1e-6)
@@ -170,7 +171,7 @@ def test_a_run_served_before_overheads_were_measured_borrows_the_median_of_those
     borrowed = runs[0]["serving_overhead"]
     assert {k: borrowed[k] for k in ("request_s", "step_s", "client_s")} == pytest.approx(
         {"request_s": 0.02, "step_s": 0.002, "client_s": 0.03})  # field by field
-    assert "3 runs'" in borrowed["from"]
+    assert "3 measured runs in " in borrowed["from"]
     assert [r["serving_overhead"] for r in runs[1:]] == measured  # a run's own measurement stays
     assert runs[0]["simulated_e2e_s_timeline"]["p50"] > runs[0]["simulated_e2e_s"]["p50"]
     with pytest.raises(SystemExit):

@@ -138,6 +138,7 @@ def test_the_next_request_waits_for_the_engines_overhead_not_the_clients():
     ({"client_s": "fast"}, "overhead.client_s must be a number"),
     ({"queue_s": 0.1}, "overhead.queue_s is not a known field"),
     ([0.1], "overhead must be"),
+    ({"request_s": float("inf")}, "overhead.request_s must be a finite number"),
 ])
 def test_a_bad_overhead_is_refused_by_field(overhead, field):
     with pytest.raises(ValueError, match=field):
@@ -155,29 +156,47 @@ def test_a_servers_overhead_is_measured_from_its_records_of_requests_and_steps()
             return 0.05
 
     requests, steps, client = [], [], []
-    for i, (speed, setup, gap, outside) in enumerate([(1.0, 0.010, 0.001, 0.030), (2.0, 0.012, 0.002, 0.040),
-                                                       (1.0, 0.020, 0.001, 0.035)]):
+    # per request: its speed, its setup before the prefill, its prefill's time over the priced one,
+    # its wrap-up after the last step, a step's overhead, and the time outside the engine
+    cases = [(1.0, 0.004, 0.006, 0.002, 0.001, 0.030), (2.0, 0.005, 0.010, 0.001, 0.002, 0.040),
+             (1.0, 0.008, 0.014, 0.003, 0.001, 0.035)]
+    for i, (speed, setup, slow_prefill, wrap_up, gap, outside) in enumerate(cases):
         start = 1000.0 * (i + 1)
-        ttft = speed * 0.1 + setup  # the prefill at the request's own speed, then its setup
-        requests.append({"run_id": "r", "request_id": i, "start_time": start, "prompt_tokens": 40, "ttft_s": ttft})
-        t = start + ttft
+        prefill = speed * 0.1 + slow_prefill
+        t = start + setup + prefill  # the first token
         for _ in range(5):
             t += gap + 0.003 + speed * 0.05  # each step: its overhead, a lookup, the verify
             steps.append({"run_id": "r", "request_id": i, "time": t, "proposed": 0, "context_len": 50,
                           "draft_s": 0.003, "verify_s": speed * 0.05})
-        requests[-1]["end_time"] = t
-        client.append(t - start + outside)
+        end = t + wrap_up
+        requests.append({"run_id": "r", "request_id": i, "start_time": start, "end_time": end, "prompt_tokens": 40,
+                         "ttft_s": prefill})  # the store's ttft_s: the prefill's own seconds
+        client.append(end - start + outside)
     steps.append({"run_id": "other", "request_id": 0, "time": 1500.0, "proposed": 0, "context_len": 50,
                   "draft_s": 0.0, "verify_s": 9.0})  # another run's step: not these requests'
     measured = serving_overhead(requests, steps, client, Priced())
-    assert measured["request_s"] == pytest.approx(0.012)  # medians over the requests
-    assert measured["step_s"] == pytest.approx(0.001)
+    assert measured["step_s"] == pytest.approx(0.001)  # the median over the 12 gaps after each first step
+    # the rest: setup + slow prefill + wrap-up, less the steps' overhead priced at the median step_s
+    rest = sorted(setup + slow + wrap + 5 * (gap - 0.001) for _, setup, slow, wrap, gap, _ in cases)
+    assert measured["request_s"] == pytest.approx(rest[1])
     assert measured["client_s"] == pytest.approx(0.035)
-    assert (measured["requests"], measured["steps"]) == (3, 15)
+    assert (measured["requests"], measured["steps"]) == (3, 12)
     for row in requests:
-        row["ttft_s"] = 0.05  # a prefill faster than priced is no overhead
-    assert serving_overhead(requests, steps, client, Priced())["request_s"] == 0.0
+        row["end_time"] -= 1.0  # an engine faster than priced has no overhead, not a negative one
+    assert serving_overhead(requests, steps, [c - 1.0 for c in client], Priced())["request_s"] == 0.0
     with pytest.raises(ValueError, match="client_e2e_s"):
         serving_overhead(requests, steps, client[:2], Priced())
     with pytest.raises(ValueError, match="steps=1"):
         serving_overhead(requests, [], client, Priced())
+
+
+def test_a_closed_loop_client_sends_its_next_request_once_it_has_heard_back():
+    rows = [{"arrival_s": 0.0, "class": "copy", "prompt_tokens": 40, "output_tokens": 10} for _ in range(2)]
+    raw = scenario_dict(workload={"replay": rows, "concurrency": 1}, policy="none", overhead={"client_s": 1.0})
+    env = simpy.Environment()
+    sim = build_simulation(env, scenario_from_dict(raw), cost=FixedCost())
+    env.run()
+    table = sim.metrics.table()
+    # the first answer reaches the client at 5.5 + 1 s; only then does the second go out
+    assert table.finish_s[0] == pytest.approx(6.5)
+    assert table.arrival_s[1] == pytest.approx(6.5) and table.finish_s[1] == pytest.approx(13.0)
