@@ -67,6 +67,7 @@ from adaptive_spec.telemetry.store import read_requests, read_steps
 from benchmarks.sim_validation import simulate_trace
 from simulator.cost_model import fit_cost_model
 from simulator.profile import load_profile, profile_from_dict
+from simulator.scenario import OVERHEAD_FIELDS  # a run's serving_overhead is a scenario's overhead
 from simulator.speed import serving_overhead, timeline_from_steps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,7 +198,6 @@ def at_speed(profile: str, plain_step_s: float, context: float) -> tuple[object,
     return profile_from_dict(scaled, f"{profile} at x{factor:.3f}"), factor
 
 
-OVERHEAD_FIELDS = ("request_s", "step_s", "client_s")  # a scenario's overhead, of a run's serving_overhead
 TRACE_FIELDS = ("arrival_s", "id", "class", "prompt_tokens", "output_tokens", "ok", "status", "ttft_ms", "e2el_ms")
 
 

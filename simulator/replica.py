@@ -123,13 +123,13 @@ class SerialReplica(Replica):
     """Batch-1 FIFO: one request at a time, prefill then decode steps until its output is complete."""
 
     def run(self):
-        env, cost, hooks, drafts = self.env, self.cost, self.hooks, self.drafts
+        env, cost, hooks, drafts, overhead = self.env, self.cost, self.hooks, self.drafts, self.overhead
         while True:
             if not self.queue:
                 yield from self.wait_for_work()
             request = self.queue.popleft()
             self.start(request)
-            yield env.timeout(cost.prefill_s(request.prompt_tokens) + self.overhead.request_s)
+            yield env.timeout(cost.prefill_s(request.prompt_tokens) + overhead.request_s)
             self.first_token(request)
             session = self.open_session(request)
             klass = request.klass
@@ -140,7 +140,7 @@ class SerialReplica(Replica):
                 draft = drafts.draw(klass, session, plan, tokens)  # 2
                 draft_s = self.draft_s(plan.drafter, plan.k, draft)  # 3
                 verify_s = cost.verify_s(draft.proposed + 1, context)
-                yield env.timeout(draft_s + verify_s + self.overhead.step_s)  # 4
+                yield env.timeout(draft_s + verify_s + overhead.step_s)  # 4
                 emitted = min(draft.accepted + 1, request.output_tokens - request.generated)
                 outcome = session.finish(plan, draft.proposed, draft.accepted, emitted, draft_s, verify_s, context,  # 5
                                          first_token_right=draft.first_token_right, match_order=draft.match_order,

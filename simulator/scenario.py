@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from policies.lookup import DRAFTER as LOOKUP
@@ -121,6 +121,9 @@ class Overhead:
     request_s: float = 0.0  # on the replica, before the first token (setup, wrap-up, the prefill's departure from its price)
     step_s: float = 0.0  # on the replica, every decode step or batched iteration (sampling, acceptance, the controller, streaming)
     client_s: float = 0.0  # off the replica: between the client and the engine, both ways
+
+
+OVERHEAD_FIELDS = tuple(f.name for f in fields(Overhead))
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,7 @@ def _speed(raw: object) -> tuple[tuple[float, float], ...]:
 
 def _overhead(raw: object) -> Overhead:
     raw = _mapping(raw, "overhead")
-    _only(raw, ("request_s", "step_s", "client_s"), "overhead")
+    _only(raw, OVERHEAD_FIELDS, "overhead")
     values = {name: float(_num(value, f"overhead.{name}", strict=False)) for name, value in raw.items()}
     for name, value in values.items():
         if not math.isfinite(value):
