@@ -174,7 +174,7 @@ def run_bench(
                 state.policies = {c.name: c.policy for c in configs if c.policy is not None}
                 bench_checkpoint.save(checkpoint, state)
     rows = {c.name: [_median_round(runs[(c.name, i)]) for i in range(len(prompts))] for c in configs}
-    result = summarize(target.name, max_new_tokens, prompts, configs, rows)
+    result = summarize(target.name, max_new_tokens, prompts, configs, rows, target.model)
     result["rounds"] = rounds
     if checkpoint is not None:
         result["sessions"] = state.sessions  # more than one: the run was stopped and resumed
@@ -228,7 +228,16 @@ def _aggregate(rows: list[dict]) -> dict:
     return out
 
 
-def summarize(model: str, max_new_tokens: int, prompts: list[Prompt], configs: list[BenchConfig], rows: dict) -> dict:
+def device_record(weight: torch.Tensor) -> dict:
+    """The target's device (with the accelerator's name, if any) and dtype."""
+    record = {"device": weight.device.type, "dtype": str(weight.dtype).removeprefix("torch.")}
+    if weight.device.type == "cuda":
+        record["accelerator"] = torch.cuda.get_device_name(weight.device)
+    return record
+
+
+def summarize(model: str, max_new_tokens: int, prompts: list[Prompt], configs: list[BenchConfig], rows: dict,
+              module: torch.nn.Module | None = None) -> dict:
     plain = {r["id"]: r["token_ids"] for r in rows["plain"]}
     kinds = sorted({p.kind for p in prompts})
     result = {
@@ -240,6 +249,8 @@ def summarize(model: str, max_new_tokens: int, prompts: list[Prompt], configs: l
                     "torch": torch.__version__, "transformers": transformers.__version__},
         "configs": {},
     }
+    if module is not None:  # where the target ran: the speeds mean little without it
+        result["machine"].update(device_record(next(module.parameters())))
     plain_agg = _aggregate(rows["plain"])
     plain_kind = {k: _aggregate([r for r in rows["plain"] if r["kind"] == k]) for k in kinds}
     for c in configs:

@@ -56,7 +56,8 @@ def machine_line(data: dict) -> str:
     """What the file records of its machine; 'not recorded' for what it does not."""
     machine = data.get("machine")
     if isinstance(machine, dict):
-        return (f"{machine['cpus']} cores ({machine['torch_threads']} torch threads), torch {machine['torch']}, "
+        on = f"{machine['accelerator']} ({machine['dtype']}), " if machine.get("accelerator") else ""
+        return (f"{on}{machine['cpus']} cores ({machine['torch_threads']} torch threads), torch {machine['torch']}, "
                 f"transformers {machine['transformers']}, {machine['platform']}")
     if "python" in data:
         return f"not recorded (Python {data['python']})"

@@ -100,7 +100,7 @@ def test_each_rows_cache_after_unequal_rollbacks_matches_a_fresh_forward():
     logits = slots.extend(probe)
     for row, tokens in enumerate(slots.tokens):
         with torch.inference_mode():
-            fresh = model(input_ids=torch.tensor([tokens])).logits[0, -len(probe[row]):]
+            fresh = model(input_ids=torch.tensor([tokens], device=model.device)).logits[0, -len(probe[row]):]
         torch.testing.assert_close(logits[row], fresh, rtol=1e-9, atol=1e-9)
 
 

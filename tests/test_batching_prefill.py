@@ -84,11 +84,11 @@ def test_a_prompt_fed_in_chunks_holds_the_cache_of_one_forward():
     fed = [slots.feed(pending, 38) for _ in range(4)]
     assert fed[:3] == [None, None, None] and pending.remaining == 0 and slots.rows == 2
     with torch.inference_mode():
-        fresh = model(input_ids=torch.tensor([LONG])).logits[0, -1:]
+        fresh = model(input_ids=torch.tensor([LONG], device=model.device)).logits[0, -1:]
     torch.testing.assert_close(fed[3], fresh, rtol=1e-9, atol=1e-9)
     logits = slots.extend([[5], [6, 7]])
     with torch.inference_mode():
-        fresh = model(input_ids=torch.tensor([LONG + [6, 7]])).logits[0, -2:]
+        fresh = model(input_ids=torch.tensor([LONG + [6, 7]], device=model.device)).logits[0, -2:]
     torch.testing.assert_close(logits[1], fresh, rtol=1e-9, atol=1e-9)
     with pytest.raises(ValueError, match="at least one token"):
         slots.feed(Prefill([1, 2]), 0)

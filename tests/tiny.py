@@ -1,13 +1,22 @@
-"""Tiny random-init models and a trivial tokenizer, so engine tests run in seconds on CPU."""
+"""Tiny random-init models and a trivial tokenizer, so engine tests run in seconds on CPU.
+
+``ADAPTIVE_SPEC_TEST_DEVICE=cuda`` builds them on a GPU instead, so the engine's lossless tests
+(greedy equality, the sampling distribution, batched rows, cache rollback) run there unchanged.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 from transformers import Gemma3TextConfig, Gemma3ForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from adaptive_spec.models import LoadedModel
+
+
+TEST_DEVICE = torch.device(os.environ.get("ADAPTIVE_SPEC_TEST_DEVICE", "cpu"))
+ON_CPU = TEST_DEVICE.type == "cpu"  # the int8 drafter (dynamic quantization) runs on CPU only
 
 
 class NumberTokenizer:
@@ -40,7 +49,7 @@ def tiny_llama(seed: int = 0, vocab: int = 64, dtype=torch.float64, layers: int 
         initializer_range=init,  # larger than the default 0.02 so argmaxes are far from ties
         tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )
-    return LlamaForCausalLM(config).to(dtype).eval()
+    return LlamaForCausalLM(config).to(TEST_DEVICE, dtype).eval()
 
 
 def tiny_gemma3(seed: int = 0, vocab: int = 64, sliding_window: int = 4, dtype=torch.float64):
@@ -51,7 +60,7 @@ def tiny_gemma3(seed: int = 0, vocab: int = 64, sliding_window: int = 4, dtype=t
         layer_types=["sliding_attention", "sliding_attention", "full_attention"], initializer_range=0.2,
         bos_token_id=None, eos_token_id=None, pad_token_id=0,
     )
-    return Gemma3ForCausalLM(config).to(dtype).eval()
+    return Gemma3ForCausalLM(config).to(TEST_DEVICE, dtype).eval()
 
 
 def loaded(model, eos: int | None = None, name: str = "tiny") -> LoadedModel:
