@@ -149,3 +149,30 @@ def prefill_chunk_section(results_dir: Path, dates: dict | None) -> str:
                f"{data['max_tokens']} --out benchmarks/results/prefill_chunk.json")
     return "\n\n".join(["## Chunked prefill", what, table(header, rows),
                         provenance(results_dir, ["prefill_chunk.json"], dates, command, machine_line(data))])
+
+
+def packed_forward_section(results_dir: Path, dates: dict | None) -> str:
+    if not (Path(results_dir) / "packed_forward.json").exists():
+        return ""
+    data = load(results_dir, "packed_forward.json")
+    blocks = data["results"]
+    first = blocks[0]
+    what = (f"What one row's draft costs the other rows of a batch. The batched engine scores its rows in one padded "
+            f"forward, rows × the widest row's tokens, so a row verifying {first['k']} drafts makes every row's step "
+            f"{first['k'] + 1} tokens wide. A packed forward scores only each row's own tokens: the rows' new tokens in "
+            "one sequence, their histories side by side in one cache, a 4-D mask letting each token see only its own "
+            f"row (transformers' own forward; no engine code). {first['context']} tokens of history a row, median of "
+            f"{data['rounds']} calls per forward, the forwards rotated; × is against the padded one-token forward of "
+            "the same rows. The packed forward attends over every row's history through a dense mask (a varlen "
+            "kernel would not), which is why it costs more than the padded one when every row is as wide.")
+    header = ["rows", "forward", "tokens scored", "median ms", "× padded one-token"]
+    rows = [[str(block["rows"]), case["case"], str(case["tokens"]), f"{case['median_ms']:.1f}", f"{case['vs_padded_plain']:.2f}×"]
+            for block in blocks for case in block["cases"]]
+    checks = "; ".join(f"{b['rows']} rows: largest logit difference {b['max_abs_logit_diff']:.1e}, argmax "
+                       f"{'equal at every position' if b['argmax_agrees'] else '**differs**'}" for b in blocks)
+    command = (f".venv/bin/python -m benchmarks.packed_forward --rows {','.join(str(b['rows']) for b in blocks)} "
+               f"--context {first['context']} --k {first['k']} --rounds {data['rounds']} "
+               "--out benchmarks/results/packed_forward.json")
+    return "\n\n".join(["## Padded against packed batch forwards", what, table(header, rows),
+                        f"Packed against padded, every row's logits: {checks}.",
+                        provenance(results_dir, ["packed_forward.json"], dates, command, machine_line(data))])

@@ -211,3 +211,15 @@ def test_a_served_shift_predicted_over_several_seeds_shows_the_replays_spread(re
     assert "median of 3 replays" in section and "--sim-seeds 3" in section
     first = section.split("At the window's mean speed")[0]
     assert first.count("(+0.0%; -30.0% to +20.0%)") == 2 * len(data["runs"])  # p50 and p95 of every run, by kind
+
+
+def test_the_packed_forward_section_follows_its_file_and_flags_a_disagreeing_argmax(results_copy):
+    path = results_copy / "packed_forward.json"
+    data = json.loads(path.read_text())
+    section = lambda: make_results.render(results_copy, results_kit.dates_in(COMMITTED)).split(
+        "## Padded against packed batch forwards")[1].split("\n## ")[0]
+    assert "**differs**" not in section()
+    data["results"][0]["argmax_agrees"] = False
+    data["results"][0]["cases"][1]["median_ms"] = 999.25
+    path.write_text(json.dumps(data))
+    assert "**differs**" in section() and "| 999.2 |" in section()
