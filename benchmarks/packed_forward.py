@@ -19,6 +19,7 @@ difference and whether every position's argmax agrees (each row's history is its
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
@@ -43,6 +44,8 @@ class Batch:
 
     def __init__(self, model, rows: int, context: int, generator: torch.Generator) -> None:
         self.model, self.rows, self.context = model, rows, context
+        # transformers 5.x renamed past_key_values -> cache (as adaptive_spec.cached_lm does, accept either)
+        self.kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.history = random_tokens(model, (rows, context), generator)
         with torch.inference_mode():
             self.padded_cache = model(input_ids=self.history, use_cache=True).past_key_values
@@ -57,7 +60,7 @@ class Batch:
         """Logits [rows, width, vocab] of ``tokens`` [rows, width], one padded forward."""
         width = tokens.shape[1]
         with torch.inference_mode():
-            logits = self.model(input_ids=tokens, past_key_values=self.padded_cache, use_cache=True,
+            logits = self.model(input_ids=tokens, use_cache=True, **{self.kwarg: self.padded_cache},
                                 attention_mask=torch.ones(self.rows, self.context + width, dtype=torch.long),
                                 position_ids=torch.arange(self.context, self.context + width).expand(self.rows, width)
                                 ).logits
@@ -76,7 +79,7 @@ class Batch:
             positions += range(self.context, self.context + w)
             start += w
         with torch.inference_mode():
-            logits = self.model(input_ids=torch.cat(ids)[None], past_key_values=self.packed_cache, use_cache=True,
+            logits = self.model(input_ids=torch.cat(ids)[None], use_cache=True, **{self.kwarg: self.packed_cache},
                                 attention_mask=_additive(mask, self.model.dtype),
                                 position_ids=torch.tensor([positions])).logits[0]
         crop(self.packed_cache, past)
