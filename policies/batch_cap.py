@@ -116,10 +116,11 @@ class BatchDraftCap:
 
     # -- learning ------------------------------------------------------------------------------------
 
-    def observe(self, rows: int, width: int, seconds: float, cap: int | None = None, capped_rows: int = 0,
+    def observe(self, rows: int, width: float, seconds: float, cap: int | None = None, capped_rows: int = 0,
                 capped_tokens: int = 0) -> None:
         """A step of ``rows`` rows, ``width`` tokens wide, took ``seconds``; under ``cap`` (None: no
-        cap applied) its ``capped_rows`` rows emitted ``capped_tokens`` tokens."""
+        cap applied) its ``capped_rows`` rows emitted ``capped_tokens`` tokens. A packed forward
+        (each row only its own tokens) is ``width`` = the tokens it scored over ``rows``."""
         if seconds <= 0 or rows < 1 or width < 1:
             return
         x = _features(rows, width)

@@ -46,6 +46,7 @@ import zlib
 
 from policies.batch_cap import BatchDraftCap
 from policies.session import StepPlan
+from policies.batch_layout import scored_tokens
 from simulator.cost_model import forward_verify_s
 from simulator.replica import Replica
 
@@ -122,7 +123,9 @@ class BatchingReplica(Replica):
             yield env.timeout(seconds + self.overhead.step_s)  # 4, 5
             if self.draft_cap is not None:  # every iteration teaches the cost; a capped one, the cap's gain
                 gained = [draft.accepted + 1 for (_, draft), capped in zip(steps, bound) if capped]
-                self.draft_cap.observe(len(running), max(draft.proposed + 1 for _, draft in steps), seconds, cap,
+                # priced by the tokens scored, as the engine does (a packed forward: its rows' mean width)
+                widths = [draft.proposed + 1 for _, draft in steps]
+                self.draft_cap.observe(len(running), scored_tokens(widths) / len(widths), seconds, cap,
                                        len(gained), sum(gained))
             running = self.finish_iteration(running, steps)  # 6
 

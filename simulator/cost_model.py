@@ -45,6 +45,7 @@ from typing import Protocol
 
 import numpy as np
 
+from policies.batch_layout import packs
 from simulator.profile import DraftCost, PrefillSample, Profile, VerifySample
 
 VERIFY_FEATURES = (
@@ -66,11 +67,16 @@ class CostModel(Protocol):
 
 def forward_verify_s(cost, widths: Sequence[int], contexts: Sequence[float]) -> float:
     """Seconds of one target forward over rows ``widths`` tokens wide (k + 1 each) at ``contexts``
-    tokens of context: a padded forward (``cost.padded``, as this engine's batched one) scores every
-    row at the widest row's width, a ragged one each row at its own."""
+    tokens of context. A profile timed on the engine's batched forward (``cost.padded``) is priced
+    as the engine runs each step (``policies.batch_layout``): padded, every row at the widest row's
+    width, or packed, each row at its own, priced as a padded forward of the same tokens (its mean
+    width); a ragged profile scores each row at its own."""
     batch, context = len(widths), sum(contexts)
-    scored = batch * max(widths) if getattr(cost, "padded", False) else sum(widths)
-    return cost.verify_s(max(widths), context / batch, batch, scored, context)
+    if not getattr(cost, "padded", False):
+        return cost.verify_s(max(widths), context / batch, batch, sum(widths), context)
+    if packs(widths):
+        return cost.verify_s(sum(widths) / batch, context / batch, batch, sum(widths), context)
+    return cost.verify_s(max(widths), context / batch, batch, batch * max(widths), context)
 
 
 def verify_features(tokens: int, context_len: float, batch: int, batch_tokens: int, batch_context: float,

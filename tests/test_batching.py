@@ -76,17 +76,27 @@ def test_sampled_rows_draw_what_the_same_seed_draws_alone(decoder):
         assert results[request_id].token_ids == expected.token_ids, name
 
 
-def test_each_rows_cache_after_unequal_rollbacks_matches_a_fresh_forward():
+def fresh_logits(model, tokens, last):
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([tokens], device=model.device)).logits[0, -last:]
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed", "auto"])
+def test_each_rows_cache_after_unequal_rollbacks_matches_a_fresh_forward(layout):
     model = tiny_llama(seed=3)
-    slots = SlotCache(model)
+    slots = SlotCache(model, layout=layout)
     prompts = [[1, 2, 3, 4, 5], [9, 8], [20, 21, 22, 23, 24, 25, 26, 27]]
     for prompt in prompts:
         slots.add(prompt)
     rng = torch.Generator().manual_seed(0)
+    used = set()
     for step in range(12):
         inputs = [torch.randint(0, 64, (int(torch.randint(1, 6, (1,), generator=rng)),), generator=rng).tolist()
                   for _ in range(slots.rows)]
-        slots.extend(inputs)
+        logits = slots.extend(inputs)
+        used.add(slots.last_layout)
+        for row, tokens in enumerate(slots.tokens):  # every step, every row: as if it ran alone
+            torch.testing.assert_close(logits[row], fresh_logits(model, tokens, len(inputs[row])), rtol=1e-9, atol=1e-9)
         for row in range(slots.rows):  # unequal acceptance: each row keeps its own random prefix
             held = len(slots.tokens[row])
             keep = held - len(inputs[row]) + int(torch.randint(1, len(inputs[row]) + 1, (1,), generator=rng))
@@ -99,9 +109,23 @@ def test_each_rows_cache_after_unequal_rollbacks_matches_a_fresh_forward():
     probe = [[4], [5, 6], [7]]
     logits = slots.extend(probe)
     for row, tokens in enumerate(slots.tokens):
-        with torch.inference_mode():
-            fresh = model(input_ids=torch.tensor([tokens], device=model.device)).logits[0, -len(probe[row]):]
-        torch.testing.assert_close(logits[row], fresh, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(logits[row], fresh_logits(model, tokens, len(probe[row])), rtol=1e-9, atol=1e-9)
+    # auto takes both forms on these ragged widths; the others keep to theirs
+    assert used | {slots.last_layout} == ({"padded", "packed"} if layout == "auto" else {layout})
+
+
+def test_a_packed_step_scores_only_each_rows_own_tokens():
+    slots = SlotCache(tiny_llama(seed=3))
+    for prompt in ([1, 2, 3], [4, 5], [6, 7, 8, 9]):
+        slots.add(prompt)
+    slots.extend([[1, 2, 3, 4, 5, 6, 7, 8, 9], [1], [2]])  # one row verifying 8 drafts beside one-token rows
+    assert (slots.last_layout, slots.last_tokens) == ("packed", 11)
+    slots.extend([[1, 2], [3, 4], [5, 6]])  # every row as wide: padding costs less
+    assert (slots.last_layout, slots.last_tokens) == ("padded", 6)
+    slots.extend([[1], [2], [3]])
+    assert slots.last_layout == "padded"
+    with pytest.raises(InvalidParameterError, match="layout"):
+        SlotCache(tiny_llama(seed=3), layout="ragged")
 
 
 def test_a_request_that_does_not_fit_is_refused_alone_and_the_batch_goes_on(decoder):

@@ -56,5 +56,10 @@ def test_the_batching_replica_prices_unequal_drafts_as_the_engine_runs_them(padd
         verify_s=lambda tokens, context, batch, scored, contexts: seen.append((tokens, batch, scored)) or 1.0))
     draft = lambda proposed: (None, types.SimpleNamespace(proposed=proposed))  # noqa: E731
     BatchingReplica.iteration_s(replica, [[None, None, 100]] * 3, [draft(8), draft(0), draft(2)], {})
-    # widths 9, 1 and 3: padded, every row scores 9 tokens; ragged, each its own
-    assert seen == [(9, 3, 27 if padded else 13)]
+    BatchingReplica.iteration_s(replica, [[None, None, 100]] * 3, [draft(8), draft(8), draft(2)], {})
+    # widths 9, 1 and 3: few tokens beside the widest row, so the engine packs (each row its own,
+    # priced at their mean width); widths 9, 9 and 3 it pads (every row 9). A ragged profile: each its own
+    if padded:
+        assert seen == [(13 / 3, 3, 13), (9, 3, 27)]
+    else:
+        assert seen == [(9, 3, 13), (9, 3, 21)]

@@ -81,10 +81,11 @@ def test_a_runs_speed_is_read_from_its_step_records_window_by_window():
         timeline_from_steps(steps, Priced(), origin, window_s=0)
 
 
-def test_a_batched_runs_rows_of_one_step_are_priced_as_one_padded_forward():
+@pytest.mark.parametrize("second_row_drafts, scored", [(3, 2 * 5), (0, 5 + 1)], ids=["padded", "packed"])
+def test_a_batched_runs_rows_of_one_step_are_priced_as_one_forward_in_the_engines_form(second_row_drafts, scored):
     from simulator.speed import timeline_from_steps
 
-    class Padded:  # a forward costs by the tokens it scores, every row at the widest row's width
+    class Padded:  # a forward costs by the tokens it scores (a profile of the engine's batched forward)
         padded = True
 
         def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None):
@@ -92,10 +93,13 @@ def test_a_batched_runs_rows_of_one_step_are_priced_as_one_padded_forward():
 
     origin = 1_000_000.0
     steps = []
-    for t in range(40):  # two requests decoding together: one drafting 4 tokens, one plain
-        shared = {"time": origin + t + 0.001, "draft_s": 0.002, "verify_s": 1.2 * (0.04 + 0.01 * 2 * 5)}
+    # two requests decoding together, one drafting 4 tokens: beside one drafting 3 the engine pads
+    # (every row 5 wide), beside a plain one it packs (each row its own tokens, policies.batch_layout)
+    for t in range(40):
+        shared = {"time": origin + t + 0.001, "draft_s": 0.002, "verify_s": 1.2 * (0.04 + 0.01 * scored)}
         steps += [{**shared, "request_id": 1, "proposed": 4, "context_len": 100},
-                  {**shared, "time": shared["time"] + 0.002, "request_id": 2, "proposed": 0, "context_len": 90}]
+                  {**shared, "time": shared["time"] + 0.002, "request_id": 2, "proposed": second_row_drafts,
+                   "context_len": 90}]
     # later, one request alone: its consecutive steps are forwards of their own even at equal times
     steps += [{"time": origin + 60 + t / 10, "draft_s": 0.0, "verify_s": 0.05, "request_id": 3, "proposed": 0,
                "context_len": 50} for t in range(20)]

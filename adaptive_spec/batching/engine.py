@@ -9,7 +9,8 @@ token and drafts in one forward over ragged widths (``SlotCache``); each row is 
 its own (greedy prefix or exact rejection sampling, the single-request verifier) and rolled back
 to what it accepted. Row by row the tokens are those of ``SpeculativeDecoder.generate``.
 
-The batch's speculation: every row pays for the widest row's width, so an optional
+The batch's speculation: in a padded forward every row pays for the widest row's width (a packed
+one, which ``SlotCache`` takes when rows' widths differ enough, charges each row its own), so an optional
 ``BatchDraftCap`` caps the drafts of the rows that learning controllers serve at the length that
 maximises the batch's tokens per second, predicted from the measured cost of the batch's shape
 and each cap's measured gain (``policies.batch_cap``). Concurrent
@@ -86,7 +87,7 @@ class BatchedDecoder:
     """
 
     def __init__(self, decoder: SpeculativeDecoder, max_batch: int = 8, draft_cap: BatchDraftCap | None = None,
-                 prefill_chunk: int | None = PREFILL_CHUNK) -> None:
+                 prefill_chunk: int | None = PREFILL_CHUNK, layout: str = "auto") -> None:
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise InvalidParameterError("max_batch", max_batch, "must be an integer >= 1")
         if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or isinstance(prefill_chunk, bool)
@@ -102,7 +103,7 @@ class BatchedDecoder:
         self.prefilling: _Row | None = None  # the request whose prompt is going in, chunk by chunk
         # caps the drafts of rows served by learning controllers, per batch size (None: never)
         self.draft_cap = draft_cap
-        self.slots = SlotCache(decoder.target.model)
+        self.slots = SlotCache(decoder.target.model, layout)  # padded or packed forwards (``SlotCache``)
         self.waiting: deque[_Row] = deque()
         self.active: list[_Row] = []  # in the slot cache's row order
         self.results: dict[int, GenerationResult] = {}
@@ -351,7 +352,8 @@ class BatchedDecoder:
             if row.stop_reason is not None:
                 done.append(index)
         if self.draft_cap is not None:  # every step teaches the cost; a capped one, the cap's gain
-            self.draft_cap.observe(rows, max(len(tokens) for tokens in inputs), t2 - t0, cap, capped_rows, capped_tokens)
+            # priced by the tokens the forward scored: a packed step's width is its rows' mean
+            self.draft_cap.observe(rows, self.slots.last_tokens / rows, t2 - t0, cap, capped_rows, capped_tokens)
         if done:
             self.slots.remove(done)
             for index in done:

@@ -16,6 +16,20 @@ acceptance never moves another row's keys. Every forward passes
 Invalid slots are garbage collected by ``compact`` (each row's valid slots gathered to the right,
 left padding invalid) once they outnumber the longest row's tokens.
 
+Two forms of the step's forward, the same logits (to rounding) and the same cache afterwards:
+
+- padded: ``rows x width`` tokens, ``width`` the widest row's input, so one row's draft makes every
+  row's step as wide;
+- packed: only each row's own tokens, one after another in a single sequence; the rows' caches
+  side by side in one, and a 4-D mask lets each token see its own row's valid slots and its own
+  row's earlier new tokens only. A row that drafts then costs the others only its own tokens,
+  which is what keeps rows that draft nothing (open-ended requests, the latency tail) fast
+  beside rows that copy. Its attention spans every row's slots (a dense mask, not a varlen
+  kernel), so when most rows are as wide as the widest, padding costs less.
+
+``layout="auto"`` packs a step whose inputs fill at most ``PACKED_SHARE`` of the padded forward's
+tokens (``policies.batch_layout``, which the simulator's batching replica shares).
+
 Attention windows computed from slot indices (sliding-window layers) would be wrong here, so
 models with them are refused.
 """
@@ -28,6 +42,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from adaptive_spec.errors import InvalidParameterError
+from policies.batch_layout import LAYOUTS, packs
 
 
 class Prefill:
@@ -46,12 +61,17 @@ class Prefill:
 
 
 class SlotCache:
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(self, model: PreTrainedModel, layout: str = "auto") -> None:
+        if layout not in LAYOUTS:
+            raise InvalidParameterError("layout", layout, f"expected one of {', '.join(LAYOUTS)}")
         windows = {getattr(model.config, "sliding_window", None)} | set(getattr(model.config, "layer_types", None) or [])
         if any(w not in (None, "full_attention") for w in windows):
             raise InvalidParameterError("model", type(model).__name__, "has sliding-window attention layers, which "
                                         "the batched engine cannot place by slot; serve it with batch size 1")
         self.model = model
+        self.layout = layout
+        self.last_layout = "padded"  # the form of the last step's forward, and the tokens it scored
+        self.last_tokens = 0
         self.device = next(model.parameters()).device
         params = inspect.signature(model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -146,6 +166,11 @@ class SlotCache:
         if len(inputs) != self.rows or any(not tokens for tokens in inputs):
             raise ValueError(f"extend needs at least one token for each of the {self.rows} rows")
         width = max(len(tokens) for tokens in inputs)
+        widths = [len(tokens) for tokens in inputs]
+        packed = packs(widths, self.layout)
+        self.last_layout, self.last_tokens = ("packed", sum(widths)) if packed else ("padded", self.rows * width)
+        if packed:
+            return self._extend_packed(inputs, width)
         ids = torch.zeros(self.rows, width, dtype=torch.long, device=self.device)
         widths = torch.tensor([len(tokens) for tokens in inputs], device=self.device)
         for row, tokens in enumerate(inputs):
@@ -159,6 +184,45 @@ class SlotCache:
             self.tokens[row].extend(tokens)
         self._check()
         return [out.logits[row, : len(tokens)] for row, tokens in enumerate(inputs)]
+
+    def _extend_packed(self, inputs: list[list[int]], width: int) -> list[torch.Tensor]:
+        rows, slots = self.rows, self.slots
+        widths = [len(tokens) for tokens in inputs]
+        total, past = sum(widths), rows * slots
+        see = torch.zeros(1, 1, total, past + total, dtype=torch.bool, device=self.device)
+        positions, start = [], 0
+        for row, w in enumerate(widths):
+            see[0, 0, start:start + w, row * slots:(row + 1) * slots] = self.valid[row]
+            see[0, 0, start:start + w, past + start:past + start + w] = torch.ones(
+                w, w, dtype=torch.bool, device=self.device).tril()
+            positions += range(len(self.tokens[row]), len(self.tokens[row]) + w)
+            start += w
+        dtype = self.model.dtype
+        mask = torch.zeros(see.shape, dtype=dtype, device=self.device).masked_fill(~see, torch.finfo(dtype).min)
+        # the rows' caches side by side in one sequence: [rows, heads, slots, d] -> [1, heads, rows * slots, d]
+        side_by_side = DynamicCache()
+        for index, layer in enumerate(self.cache.layers):
+            keys, values = (t.transpose(0, 1).reshape(1, t.shape[1], past, t.shape[3]) for t in (layer.keys, layer.values))
+            side_by_side.update(keys[:, :, :0], values[:, :, :0], index)  # sets the layer up, empty
+            side_by_side.layers[index].keys, side_by_side.layers[index].values = keys, values
+        ids = torch.tensor([[t for tokens in inputs for t in tokens]], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=torch.tensor([positions], device=self.device),
+                         use_cache=True, **{self._cache_kwarg: side_by_side})
+        # the new tokens' keys and values go to each row's new slots, as a padded forward leaves them
+        starts = torch.tensor([0] + widths[:-1], device=self.device).cumsum(0)
+        step = torch.arange(width, device=self.device)
+        fits = step[None, :] < torch.tensor(widths, device=self.device)[:, None]
+        place = torch.where(fits, starts[:, None] + step[None, :], 0)
+        for mine, theirs in zip(self.cache.layers, side_by_side.layers):
+            for name in ("keys", "values"):
+                new = getattr(theirs, name)[0, :, past:]  # [heads, total, d]
+                block = new[:, place.flatten()].reshape(new.shape[0], rows, width, new.shape[2]).transpose(0, 1)
+                setattr(mine, name, torch.cat([getattr(mine, name), block], dim=2))
+        self.valid = torch.cat([self.valid, fits], dim=1)
+        for row, tokens in enumerate(inputs):
+            self.tokens[row].extend(tokens)
+        self._check()
+        return list(out.logits[0].split(widths))
 
     @torch.inference_mode()
     def rollback(self, row: int, length: int) -> None:
