@@ -55,6 +55,11 @@ class BatchDraftCap:
     min_trials: int = 3
     explore: float = 0.05
     plain_every: int = 32
+    # while a row of the batch decodes plainly (its controller found nothing worth drafting), the
+    # most a step may cost over a plain step of the same rows: that row gains nothing from the
+    # others' drafts and pays for the wider forward, so without a bound the batch's goodput buys
+    # copying rows' speed with open-ended rows' latency. None: the batch's goodput alone decides
+    plain_slowdown: float | None = None
     seed: int = 0
     _tokens: dict[int, _Mean] = field(default_factory=dict, repr=False)  # cap -> tokens per capped row-step
     _width: dict[int, _Mean] = field(default_factory=dict, repr=False)  # cap -> the batch's width
@@ -72,12 +77,15 @@ class BatchDraftCap:
         self._steps = self._last_plain = 0  # batched steps chosen for, and the last one that was plain
         if not 0 <= self.explore <= 1:
             raise ValueError(f"explore must be in [0, 1], got explore={self.explore!r}")
+        if self.plain_slowdown is not None and not 0 <= self.plain_slowdown < float("inf"):
+            raise ValueError(f"plain_slowdown must be >= 0 or None, got plain_slowdown={self.plain_slowdown!r}")
         self._rng = random.Random(self.seed)
 
     # -- choosing ------------------------------------------------------------------------------------
 
-    def choose(self, rows: int) -> int | None:
-        """The cap for a step of ``rows`` rows; None: no cap (a single row)."""
+    def choose(self, rows: int, plain_rows: int = 0) -> int | None:
+        """The cap for a step of ``rows`` rows, ``plain_rows`` of them decoding plainly whatever the
+        cap; None: no cap (a single row)."""
         if rows <= 1:
             return None
         self._steps += 1
@@ -90,6 +98,10 @@ class BatchDraftCap:
             chosen = self._rng.choice(self.caps)
         else:
             predicted = self.predicted_goodput(rows)
+            if plain_rows and self.plain_slowdown is not None:
+                bound = self.cost(rows, 1)
+                predicted = {c: g for c, g in predicted.items() if c == 0 or bound is None
+                             or self.cost(rows, self._width[c].value) <= (1 + self.plain_slowdown) * bound}
             chosen = max(self.caps, key=lambda c: predicted.get(c, 0.0))
         if chosen == 0:
             self._last_plain = self._steps

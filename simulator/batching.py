@@ -25,9 +25,11 @@ One iteration::
                 budget, through the match gate (``policies.session``, as the engine does)
     3. draw:    proposed and accepted per sequence from its class's acceptance profile
     4. cost:    draft_s (per drafter: batched = longest draft, unbatched = sum) + verify_s(batch,
-                widest sequence, tokens across the batch, context across the batch); tokens
-                across the batch are batch x widest where the profile's engine pads rows
-                (``metadata.batched_forward: padded``, as ``calibrate --batch-sizes`` writes)
+                widest sequence, tokens across the batch, context across the batch); where the
+                profile timed this engine's batched forward (``metadata.batched_forward: padded``,
+                as ``calibrate --batch-sizes`` writes), the step takes the engine's form
+                (``policies.batch_layout``): padded, batch x widest, or packed, the sequences'
+                own tokens at their mean width
     5. advance: one SimPy timeout for the whole iteration
     6. finish:  every sequence's session records its StepOutcome (sharing the iteration's draft_s
                 and verify_s: a policy that measures tokens per second sees the batched cost)
@@ -105,10 +107,12 @@ class BatchingReplica(Replica):
             looked_up: dict[str, list[int]] = {}
             # the cap binds the sequences learning controllers serve (a fixed config stands)
             bound = [not session.policy.stateless for _, session, _ in running]
-            cap = self.draft_cap.choose(len(running)) if self.draft_cap is not None and any(bound) else None
-            for (request, session, _), capped in zip(running, bound):
+            plans = [session.plan(request.generated, self.tokens(request)) for request, session, _ in running]  # 2
+            plain_rows = sum(plan.k == 0 for plan in plans)  # as the engine: rows the others' drafts would only slow
+            cap = (self.draft_cap.choose(len(running), plain_rows) if self.draft_cap is not None and any(bound)
+                   else None)
+            for (request, session, _), capped, plan in zip(running, bound, plans):
                 tokens = self.tokens(request)
-                plan = session.plan(request.generated, tokens)  # 2
                 k = min(plan.k, cap) if cap is not None and capped else plan.k
                 if k == plan.k:
                     draft = drafts.draw(request.klass, session, plan, tokens)  # 3
@@ -125,7 +129,8 @@ class BatchingReplica(Replica):
                 gained = [draft.accepted + 1 for (_, draft), capped in zip(steps, bound) if capped]
                 # priced by the tokens scored, as the engine does (a packed forward: its rows' mean width)
                 widths = [draft.proposed + 1 for _, draft in steps]
-                self.draft_cap.observe(len(running), scored_tokens(widths) / len(widths), seconds, cap,
+                scored = scored_tokens(widths) if getattr(self.cost, "padded", False) else sum(widths)
+                self.draft_cap.observe(len(running), scored / len(widths), seconds, cap,
                                        len(gained), sum(gained))
             running = self.finish_iteration(running, steps)  # 6
 

@@ -78,8 +78,22 @@ def test_plain_decoding_is_measured_again_however_long_drafting_wins():
     assert chosen.count(0) == 10 and max(len(run_) for run_ in "".join("x" if c else "." for c in chosen).split(".")) < 20
 
 
+def test_a_plain_row_in_the_batch_bounds_what_the_others_drafts_may_cost_it():
+    def gentle(rows: int, width: int) -> float:  # a packed-like forward: a few more tokens cost little
+        return 0.1 * rows ** 0.5 * (1 + 0.02 * (width - 1))
+
+    copying = {0: 1.0, 2: 2.9, 4: 4.8, 8: 8.5, 16: 15.0}
+    widths = {0: 1, 2: 3, 4: 5, 8: 9, 16: 17}  # cost over a plain step: 1.04, 1.08, 1.16, 1.32
+    for slowdown, plain_rows, expected in ((None, 1, 16), (0.1, 0, 16), (0.1, 1, 4), (0.05, 2, 2), (0.0, 1, 0)):
+        cap = BatchDraftCap(explore=0.0, plain_every=10_000, plain_slowdown=slowdown)
+        for _ in range(30):
+            c = cap.choose(4)
+            cap.observe(4, widths[c], gentle(4, widths[c]), c, 4, round(copying[c] * 4))
+        assert cap.choose(4, plain_rows) == expected, (slowdown, plain_rows)
+
+
 @pytest.mark.parametrize("kwargs", [{"caps": ()}, {"caps": (-1,)}, {"decay": 0.0}, {"explore": 2.0}, {"min_trials": -1},
-                                    {"plain_every": 0}])
+                                    {"plain_every": 0}, {"plain_slowdown": -0.1}, {"plain_slowdown": float("nan")}])
 def test_bad_settings_are_refused_by_name(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         BatchDraftCap(**kwargs)

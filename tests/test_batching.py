@@ -114,16 +114,20 @@ def test_each_rows_cache_after_unequal_rollbacks_matches_a_fresh_forward(layout)
     assert used | {slots.last_layout} == ({"padded", "packed"} if layout == "auto" else {layout})
 
 
-def test_a_packed_step_scores_only_each_rows_own_tokens():
-    slots = SlotCache(tiny_llama(seed=3))
+def test_a_packed_step_scores_only_each_rows_own_tokens(monkeypatch):
+    model = tiny_llama(seed=3)
+    slots = SlotCache(model)
     for prompt in ([1, 2, 3], [4, 5], [6, 7, 8, 9]):
         slots.add(prompt)
+    shapes, forward = [], model.forward
+    monkeypatch.setattr(model, "forward", lambda input_ids, **kw: shapes.append(tuple(input_ids.shape))
+                        or forward(input_ids=input_ids, **kw))
     slots.extend([[1, 2, 3, 4, 5, 6, 7, 8, 9], [1], [2]])  # one row verifying 8 drafts beside one-token rows
-    assert (slots.last_layout, slots.last_tokens) == ("packed", 11)
+    assert (slots.last_layout, slots.last_tokens, shapes[-1]) == ("packed", 11, (1, 11))
     slots.extend([[1, 2], [3, 4], [5, 6]])  # every row as wide: padding costs less
-    assert (slots.last_layout, slots.last_tokens) == ("padded", 6)
+    assert (slots.last_layout, slots.last_tokens, shapes[-1]) == ("padded", 6, (3, 2))
     slots.extend([[1], [2], [3]])
-    assert slots.last_layout == "padded"
+    assert slots.last_layout == "padded" and shapes[-1] == (3, 1)
     with pytest.raises(InvalidParameterError, match="layout"):
         SlotCache(tiny_llama(seed=3), layout="ragged")
 

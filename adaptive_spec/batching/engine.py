@@ -305,10 +305,11 @@ class BatchedDecoder:
         # the batch's cap binds the rows its learning controllers serve; a fixed config or a
         # request's own override is the caller's choice and stands (a batch of those learns nothing)
         bound = [_controller(row.policy) is not None and not _overridden(row.policy) for row in self.active]
-        cap = self.draft_cap.choose(rows) if self.draft_cap is not None and any(bound) else None
-        plans, proposals, inputs = [], [], []
-        for row, capped in zip(self.active, bound):
-            plan = row.session.plan(len(row.generated), row.context)
+        plans = [row.session.plan(len(row.generated), row.context) for row in self.active]
+        plain_rows = sum(plan.k == 0 for plan in plans)  # rows the others' drafts would only slow
+        cap = self.draft_cap.choose(rows, plain_rows) if self.draft_cap is not None and any(bound) else None
+        proposals, inputs = [], []
+        for row, capped, plan in zip(self.active, bound, plans):
             drafter = row.drafters.get(plan.drafter)
             if drafter is None:
                 raise InvalidParameterError("drafter", plan.drafter, f"not loaded; loaded: {', '.join(decoder.drafters)}")
@@ -316,7 +317,6 @@ class BatchedDecoder:
             k = min(plan.k, cap) if cap is not None and capped else plan.k
             proposal = self._propose(row, drafter, k) if k > 0 else _EMPTY
             kept = row.session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
-            plans.append(plan)
             proposals.append((proposal, proposal.tokens[:kept]))
             inputs.append([row.context[-1], *proposal.tokens[:kept]])
         t1 = decoder._now()

@@ -70,6 +70,11 @@ class SlotCache:
                                         "the batched engine cannot place by slot; serve it with batch size 1")
         self.model = model
         self.layout = layout
+        # a packed forward needs an attention that applies a 4-D additive mask as given
+        self._packs_masks = getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
+        if layout == "packed" and not self._packs_masks:
+            raise InvalidParameterError("layout", layout, f"needs sdpa or eager attention, not "
+                                        f"{getattr(model.config, '_attn_implementation', None)}")
         self.last_layout = "padded"  # the form of the last step's forward, and the tokens it scored
         self.last_tokens = 0
         self.device = next(model.parameters()).device
@@ -167,7 +172,7 @@ class SlotCache:
             raise ValueError(f"extend needs at least one token for each of the {self.rows} rows")
         width = max(len(tokens) for tokens in inputs)
         widths = [len(tokens) for tokens in inputs]
-        packed = packs(widths, self.layout)
+        packed = self._packs_masks and packs(widths, self.layout)
         self.last_layout, self.last_tokens = ("packed", sum(widths)) if packed else ("padded", self.rows * width)
         if packed:
             return self._extend_packed(inputs, width)
@@ -197,7 +202,7 @@ class SlotCache:
                 w, w, dtype=torch.bool, device=self.device).tril()
             positions += range(len(self.tokens[row]), len(self.tokens[row]) + w)
             start += w
-        dtype = self.model.dtype
+        dtype = self.cache.layers[0].keys.dtype  # the attention's, which the mask must match
         mask = torch.zeros(see.shape, dtype=dtype, device=self.device).masked_fill(~see, torch.finfo(dtype).min)
         # the rows' caches side by side in one sequence: [rows, heads, slots, d] -> [1, heads, rows * slots, d]
         side_by_side = DynamicCache()
