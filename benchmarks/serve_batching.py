@@ -42,6 +42,7 @@ from adaptive_spec.config import PREFILL_CHUNK
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
                                     start_server)
 from benchmarks.sim_validation import simulate_trace
+from policies.batch_cap import BatchDraftCap
 from simulator.cost_model import fit_cost_model
 from simulator.profile import load_profile
 
@@ -144,7 +145,7 @@ def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], 
     port = free_port()
     store = tmp / "steps.sqlite"  # every decode step: each run's speed window by window
     server = start_server(port, ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk),
-                                 "--drafters", "ngram"], telemetry=f"sqlite:{store}?steps=1" if args.profile else "off")
+                                 "--drafters", "ngram", "--plain-slowdown", args.plain_slowdown], telemetry=f"sqlite:{store}?steps=1" if args.profile else "off")
     cost = fit_cost_model(load_profile(args.profile)) if args.profile is not None else None
     runs = []
     try:
@@ -233,6 +234,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="a profile from `calibrate --per-prompt --batch-sizes ...` on --prompts: predict every "
                              "run with the simulator's batching replica")
     parser.add_argument("--calibrate", action="store_true", help="write --profile first (calibrate on --prompts)")
+    parser.add_argument("--plain-slowdown", default=str(BatchDraftCap.plain_slowdown),
+                        help="the server's --plain-slowdown (what others' drafts may cost a request decoding plainly; "
+                             "'off': none); the simulator replays the default only")
     parser.add_argument("--resimulate", type=Path, help="only redo the simulator's predictions of this result file "
                         "with --profile (e.g. one with recorded token streams), writing --out")
     args = parser.parse_args(argv)
@@ -260,6 +264,15 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"max_batch={args.max_batch}: predictions need batched steps in the profile, so --max-batch >= 2")
     if args.calibrate and args.profile is None:
         parser.error("calibrate: needs --profile, the file to write")
+    if args.plain_slowdown.strip().lower() != "off":
+        try:
+            if not float(args.plain_slowdown) >= 0:
+                raise ValueError
+        except ValueError:
+            parser.error(f"plain_slowdown={args.plain_slowdown!r}: a number >= 0 or 'off'")
+    if args.profile is not None and args.plain_slowdown != str(BatchDraftCap.plain_slowdown):
+        parser.error(f"plain_slowdown={args.plain_slowdown!r}: the simulator's batch cap runs the default "
+                     f"({BatchDraftCap.plain_slowdown}); predict with it, or leave out --profile")
     if args.profile is not None and not args.calibrate and not args.profile.exists():
         parser.error(f"profile={str(args.profile)!r}: no such file (--calibrate writes it)")
     if args.calibrate:
@@ -288,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "concurrency": levels,
         "configs": configs, "endpoint": "chat", "profile": str(args.profile) if args.profile else None,
         "prefill_chunk": args.prefill_chunk,
+        "plain_slowdown": None if args.plain_slowdown.strip().lower() == "off" else float(args.plain_slowdown),
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},
         "rounds": args.rounds, "runs": runs, "comparisons": comparisons}, "out")

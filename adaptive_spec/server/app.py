@@ -27,6 +27,7 @@ from adaptive_spec.server import protocol, responses
 from adaptive_spec.server.errors import APIError, error_body, install_handlers
 from adaptive_spec.server.metrics import ServerMetrics
 from adaptive_spec.server.worker import EngineWorker, Job
+from policies.batch_cap import BatchDraftCap
 
 log = logging.getLogger("adaptive_spec.server")
 
@@ -38,6 +39,7 @@ class Settings:
     max_batch: int = 1  # jobs decoding together (continuous batching above 1)
     prefill_chunk: int = PREFILL_CHUNK  # batched: prompt tokens a step prefills while other jobs decode
     step_costs: tuple = ()  # batched: (rows, width, seconds) of timed steps that warm the batch's draft cap
+    plain_slowdown: float | None = BatchDraftCap.plain_slowdown  # batched: what others' drafts may cost a plain row
     max_body_bytes: int = 1 << 20
     chat_max_tokens: int = 512  # a chat request without max_tokens: this, or what the context leaves
     grace_s: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
@@ -75,7 +77,8 @@ class Service:
             from adaptive_spec.server.batched_worker import BatchedWorker
 
             self.worker = BatchedWorker(decoder, self.settings.max_queue, self.settings.max_batch,
-                                        prefill_chunk=self.settings.prefill_chunk, step_costs=self.settings.step_costs)
+                                        prefill_chunk=self.settings.prefill_chunk, step_costs=self.settings.step_costs,
+                                        plain_slowdown=self.settings.plain_slowdown)
         else:
             self.worker = EngineWorker(decoder, self.settings.max_queue)
 
