@@ -81,10 +81,12 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
         if data.get("profile_streams"):
             what += (" The profile also holds each prompt's tokens and greedy answer, so the replica runs the engine's "
                      f"prompt lookup on them, with each request's budget of {data['max_tokens']} tokens, instead of "
-                     "drawing acceptance (added after the runs: `adaptive-spec calibrate --prompts "
+                     "drawing acceptance")
+            what += (" (added after the runs: `adaptive-spec calibrate --prompts "
                      f"{Path(data['prompts']).as_posix()} --per-prompt --max-new-tokens {data['max_tokens']} "
                      f"--streams-only --out {data['profile']}`, then the same command with `--resimulate "
-                     "benchmarks/results/serve_batching.json`).")
+                     "benchmarks/results/serve_batching.json`)." if data.get("resimulated", _before_live_streams(data))
+                     else " (`calibrate --per-prompt` records them).")
     if at_speed:
         what += (" *Plain step*: the machine's batch-1 speed around the run, from the server's /metrics over a few "
                  "plain requests sent alone just before and just after it; *at speed*: the same replay with every "
@@ -116,6 +118,11 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
                           _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])]
     parts += [plot, provenance(results_dir, ["serve_batching.json"], dates, command, machine_line(data))]
     return "\n\n".join(parts)
+
+
+def _before_live_streams(data: dict) -> bool:
+    # files from before a live run recorded whether its profile had streams got them by --resimulate
+    return "plain_slowdown" not in data
 
 
 def _spread(ratio: dict) -> str:
@@ -176,3 +183,40 @@ def packed_forward_section(results_dir: Path, dates: dict | None) -> str:
     return "\n\n".join(["## Padded against packed batch forwards", what, table(header, rows),
                         f"Packed against padded, every row's logits: {checks}.",
                         provenance(results_dir, ["packed_forward.json"], dates, command, machine_line(data))])
+
+
+def serve_batching_goodput_section(results_dir: Path, dates: dict | None) -> str:
+    """The same served benchmark with the batch cap's plain-row bound off (the batch's goodput alone)."""
+    name = "serve_batching_goodput.json"
+    if not (Path(results_dir) / name).exists():
+        return ""
+    data = load(results_dir, name)
+    rows = []
+    for level in data["concurrency"]:
+        for config in data["configs"]:
+            mine = [r for r in data["runs"] if r["concurrency"] == level and r["config"] == config]
+            rows.append([str(level), f"`{config}`", _median_of(mine, lambda r: r["output_tokens_per_s"], "{:.1f}"),
+                         _median_of(mine, lambda r: r["e2el_s"]["p95"], "{:.2f}"),
+                         _median_of(mine, lambda r: r["speculative_step_share"], "{:.0%}")])
+    what = (f"The same command with `--plain-slowdown off`: the batch cap maximises the batch's goodput alone, with "
+            "no bound on what the others' drafts cost a request decoding plainly (the packed forward already "
+            f"runs). {data['rounds']} rounds; per config and concurrency the median of the rounds, the lowest and "
+            "highest in brackets; then `adaptive` against each fixed config as above.")
+    comparisons = table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
+                        [[str(c["concurrency"]), f"`{c['config']}`", _spread(c["throughput"]), c["throughput"]["verdict"],
+                          _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])
+    command = (f".venv/bin/python -m benchmarks.serve_batching --concurrency {','.join(map(str, data['concurrency']))} "
+               f"--requests {data['requests']} --max-tokens {data['max_tokens']} --rounds {data['rounds']} "
+               f"--prefill-chunk {data['prefill_chunk']} --plain-slowdown off --out benchmarks/results/{name} "
+               "--plot benchmarks/results/serve_batching_goodput.png")
+    return "\n\n".join(["## Batched serving without the bound on plain requests' slowdown", what,
+                        table(["concurrency", "config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
+                        "![throughput, latency and drafting by concurrency, goodput alone]"
+                        "(results/serve_batching_goodput.png)",
+                        provenance(results_dir, [name], dates, command, machine_line(data))])
+
+
+def _median_of(runs: list[dict], value, fmt: str) -> str:
+    values = sorted(value(r) for r in runs)
+    mid = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+    return f"{fmt.format(mid)} [{fmt.format(values[0])}, {fmt.format(values[-1])}]"

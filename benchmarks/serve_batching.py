@@ -195,6 +195,7 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_batching result this can replay ({exc!r})")
     result["profile"] = str(args.profile)
     result["profile_streams"] = bool(load_profile(args.profile).streams)
+    result["resimulated"] = True
     write_json_atomic(args.out, result, "out")
     print(f"wrote {args.out}")
 
@@ -300,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
         "benchmark": "serve_batching", "prompts": str(args.prompts), "max_batch": args.max_batch,
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "concurrency": levels,
         "configs": configs, "endpoint": "chat", "profile": str(args.profile) if args.profile else None,
+        "profile_streams": bool(args.profile and load_profile(args.profile).streams),
         "prefill_chunk": args.prefill_chunk,
         "plain_slowdown": None if args.plain_slowdown.strip().lower() == "off" else float(args.plain_slowdown),
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),

@@ -168,7 +168,8 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
         low, high = sorted(comparison["throughput"]["ratios"])
         assert f"[{low:.2f}, {high:.2f}]" in row  # the rounds' own ratios, the second twice the first
         assert high == pytest.approx(2 * low)
-        assert ("ahead in every round" in row) == (low > 1)
+        throughput_verdict = [cell.strip() for cell in row.strip("|").split("|")][3]
+        assert (throughput_verdict == "ahead in every round") == (low > 1)
 
 
 def test_a_served_shift_with_speed_timelines_leads_with_the_timeline_predictions(results_copy):
@@ -223,3 +224,16 @@ def test_the_packed_forward_section_follows_its_file_and_flags_a_disagreeing_arg
     data["results"][0]["cases"][1]["median_ms"] = 999.25
     path.write_text(json.dumps(data))
     assert "**differs**" in section() and "| 999.2 |" in section()
+
+
+def test_the_goodput_only_batched_run_renders_medians_of_its_rounds_and_its_command(results_copy):
+    path = results_copy / "serve_batching_goodput.json"
+    data = json.loads(path.read_text())
+    section = lambda: make_results.render(results_copy, results_kit.dates_in(COMMITTED)).split(
+        "## Batched serving without the bound on plain requests' slowdown")[1].split("\n## ")[0]
+    assert "--plain-slowdown off" in section()
+    runs = [r for r in data["runs"] if r["concurrency"] == 4 and r["config"] == "plain"]
+    for run, value in zip(runs, (30.0, 40.0, 99.0)):
+        run["output_tokens_per_s"] = value
+    path.write_text(json.dumps(data))
+    assert "| 4 | `plain` | 40.0 [30.0, 99.0] |" in section()
