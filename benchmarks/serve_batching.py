@@ -39,6 +39,8 @@ from pathlib import Path
 
 from adaptive_spec.outputs import check_writable, write_json_atomic
 from adaptive_spec.config import PREFILL_CHUNK
+from adaptive_spec.errors import InvalidParameterError
+from adaptive_spec.server.cli import parse_plain_slowdown
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
                                     start_server)
 from benchmarks.sim_validation import simulate_trace
@@ -265,13 +267,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"max_batch={args.max_batch}: predictions need batched steps in the profile, so --max-batch >= 2")
     if args.calibrate and args.profile is None:
         parser.error("calibrate: needs --profile, the file to write")
-    if args.plain_slowdown.strip().lower() != "off":
-        try:
-            if not float(args.plain_slowdown) >= 0:
-                raise ValueError
-        except ValueError:
-            parser.error(f"plain_slowdown={args.plain_slowdown!r}: a number >= 0 or 'off'")
-    if args.profile is not None and args.plain_slowdown != str(BatchDraftCap.plain_slowdown):
+    try:
+        slowdown = parse_plain_slowdown(args.plain_slowdown)
+    except InvalidParameterError as exc:
+        parser.error(str(exc))
+    if args.profile is not None and slowdown != BatchDraftCap.plain_slowdown:
         parser.error(f"plain_slowdown={args.plain_slowdown!r}: the simulator's batch cap runs the default "
                      f"({BatchDraftCap.plain_slowdown}); predict with it, or leave out --profile")
     if args.profile is not None and not args.calibrate and not args.profile.exists():
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
         "configs": configs, "endpoint": "chat", "profile": str(args.profile) if args.profile else None,
         "profile_streams": bool(args.profile and load_profile(args.profile).streams),
         "prefill_chunk": args.prefill_chunk,
-        "plain_slowdown": None if args.plain_slowdown.strip().lower() == "off" else float(args.plain_slowdown),
+        "plain_slowdown": slowdown,
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},
         "rounds": args.rounds, "runs": runs, "comparisons": comparisons}, "out")

@@ -3,7 +3,7 @@ requests arriving when the client sent them, failed ones left out."""
 
 import pytest
 
-from benchmarks.serve_batching import predict
+from benchmarks.serve_batching import main, predict
 from benchmarks.sim_validation import simulate_trace
 from simulator_testkit import cpu_like_profile
 
@@ -76,7 +76,6 @@ def test_adaptive_is_compared_round_by_round_with_a_verdict_only_where_every_rou
 def test_resimulate_predicts_a_recorded_result_again_with_another_profile(tmp_path):
     import json
 
-    from benchmarks.serve_batching import main
 
     profile = _profile(tmp_path)
     run = {"config": "static:ngram:8", "concurrency": 2, "round": 0, "e2el_s": {"p50": 2.0, "p95": 3.0},
@@ -91,3 +90,15 @@ def test_resimulate_predicts_a_recorded_result_again_with_another_profile(tmp_pa
     with pytest.raises(SystemExit):  # a file that is no serve_batching result: one error naming it
         recorded.write_text(json.dumps({"runs": [{}]}))
         main(["--resimulate", str(recorded), "--profile", profile, "--out", str(out)])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--plain-slowdown", "fast"], "plain_slowdown='fast'"),
+    (["--plain-slowdown", "-0.5"], "plain_slowdown='-0.5'"),
+    # the simulator's cap runs the default bound: a prediction of another would describe no run
+    (["--plain-slowdown", "off", "--profile", "simulator/profiles/smollm2_cpu_batched.json"], "plain_slowdown='off'"),
+])
+def test_a_bad_or_unpredictable_plain_slowdown_is_refused_by_name_before_serving(args, message, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "out.json"), *args])
+    assert message in capsys.readouterr().err

@@ -170,19 +170,18 @@ class SlotCache:
         """Feed every row its tokens in one forward; per row, logits [len(inputs[row]), vocab]."""
         if len(inputs) != self.rows or any(not tokens for tokens in inputs):
             raise ValueError(f"extend needs at least one token for each of the {self.rows} rows")
-        width = max(len(tokens) for tokens in inputs)
         widths = [len(tokens) for tokens in inputs]
+        width = max(widths)
         packed = self._packs_masks and packs(widths, self.layout)
         self.last_layout, self.last_tokens = ("packed", sum(widths)) if packed else ("padded", self.rows * width)
         if packed:
             return self._extend_packed(inputs, width)
         ids = torch.zeros(self.rows, width, dtype=torch.long, device=self.device)
-        widths = torch.tensor([len(tokens) for tokens in inputs], device=self.device)
         for row, tokens in enumerate(inputs):
             ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
         step = torch.arange(width, device=self.device)
         positions = torch.tensor([len(t) for t in self.tokens], device=self.device)[:, None] + step
-        self.valid = torch.cat([self.valid, step[None, :] < widths[:, None]], dim=1)
+        self.valid = torch.cat([self.valid, step[None, :] < torch.tensor(widths, device=self.device)[:, None]], dim=1)
         out = self.model(input_ids=ids, attention_mask=self.valid.long(), position_ids=positions, use_cache=True,
                          **{self._cache_kwarg: self.cache})
         for row, tokens in enumerate(inputs):

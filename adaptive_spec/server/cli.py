@@ -31,9 +31,9 @@ def serve(
     profile: Optional[Path] = typer.Option(None, help="With --max-batch above 1: a profile from `adaptive-spec calibrate "
                                            "--batch-sizes ...` whose timed steps start the batch's cost model."),
     plain_slowdown: str = typer.Option(str(BatchDraftCap.plain_slowdown), "--plain-slowdown", help="With --max-batch "
-                                       "above 1: the most a step may cost over a plain one while a request in the "
-                                       "batch decodes plainly (others' drafts slow it); 'off': the batch's goodput "
-                                       "alone decides, faster copying requests, slower open-ended ones."),
+                                       "above 1: the most a step may be predicted to cost over a plain one while a "
+                                       "request in the batch decodes plainly (others' drafts slow it); 'off': the "
+                                       "batch's goodput alone decides, faster copying requests, slower open-ended ones."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
     suffix_max_tokens: int = typer.Option(100_000, help="With the suffix drafter: tokens of past outputs kept per "
                                           "traffic key (oldest dropped first)."),
@@ -59,7 +59,7 @@ def serve(
         raise InvalidParameterError("port", port, "must be in [0, 65535]")
     _check_positive_int("max_queue", max_queue)
     _check_positive_int("max_batch", max_batch)
-    _plain_slowdown(plain_slowdown)  # refused before the model loads
+    parse_plain_slowdown(plain_slowdown)  # refused before the model loads
     if prefill_chunk is not None:
         _check_positive_int("prefill_chunk", prefill_chunk)
         if max_batch == 1:  # one request at a time: nothing decodes while it prefills
@@ -113,11 +113,11 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(api_key=api_key, max_queue=max_queue, max_batch=max_batch, max_body_bytes=max_body_bytes,
                         grace_s=grace_s, prefill_chunk=prefill_chunk, step_costs=step_costs,
-                        plain_slowdown=_plain_slowdown(plain_slowdown))
+                        plain_slowdown=parse_plain_slowdown(plain_slowdown))
     run(create_app(load, model, settings, on_shutdown=save_history), host, port)
 
 
-def _plain_slowdown(value: str) -> float | None:
+def parse_plain_slowdown(value: str) -> float | None:
     """``--plain-slowdown``: a fraction >= 0, or 'off'."""
     if value.strip().lower() == "off":
         return None
