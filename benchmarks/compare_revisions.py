@@ -9,6 +9,8 @@ their ratios, round by round.
 
     python -m benchmarks.compare_revisions --before 8e88efc --prompts benchmarks/workloads.jsonl \\
         --configs plain,adaptive --rounds 3 --out benchmarks/results/refactor_ab.json
+    python -m benchmarks.compare_revisions --before 5a67b10 --after 1a2b3c4 \\
+        --prompts benchmarks/corpus/corpus.jsonl --split test --rounds 3 --out controller_ab.json
 
 Both revisions (``--after`` defaults to ``HEAD``) are checked out into temporary git worktrees,
 so editing the working tree during the run changes nothing; both run with this interpreter, each
@@ -34,6 +36,8 @@ def run_bench(tree: Path, args: argparse.Namespace, out: Path) -> dict:
     """One ``bench`` run of the revision checked out at ``tree``; its JSON."""
     command = [sys.executable, "-c", _RUN_BENCH, "bench", "--prompts", str(args.prompts.resolve()),
                "--configs", args.configs, "--max-new-tokens", str(args.max_new_tokens), "--out", str(out)]
+    if args.split:
+        command += ["--split", args.split]
     subprocess.run(command, cwd=tree, check=True, env={**os.environ, "PYTHONPATH": str(tree)})
     return json.loads(out.read_text())
 
@@ -64,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--before", required=True, help="git revision to compare against")
     parser.add_argument("--after", default="HEAD", help="git revision to compare with it")
     parser.add_argument("--prompts", type=Path, default=ROOT / "benchmarks" / "workloads.jsonl")
+    parser.add_argument("--split", default=None, help="only the prompts of this split (e.g. test of the corpus)")
     parser.add_argument("--configs", default="plain,adaptive")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--rounds", type=int, default=3)
@@ -94,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
             for tree in trees.values():
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
     names = args.configs.split(",")
-    result = {"before": args.before, "after": args.after, "prompts": str(args.prompts), "max_new_tokens": args.max_new_tokens,
+    result = {"before": args.before, "after": args.after, "prompts": str(args.prompts), "split": args.split,
+              "max_new_tokens": args.max_new_tokens,
               "machine": machine, "rounds": rounds, "comparison": compare(rounds, names)}
     print(f"{'config':24s} {'before/plain by round':>28s} {'after/plain by round':>28s} {'after/before median [range]':>30s}")
     for name, c in result["comparison"].items():

@@ -31,8 +31,9 @@ Each step it answers "which drafter, how many drafts (0: none)?" by putting toge
    the engine's recent step costs (plain, verify by length, each drafter's seconds), so a new
    traffic key does not pay to measure what the engine already knows; acceptance is its own.
 11. Per-request softening (``start_request``): acceptance depends on the prompt more than on time,
-   so at each request start the key's profiles are scaled down to a small prior, and the guard's
-   measured speed is reset; the new request's own steps decide within a few steps.
+   so at each request start the key's profiles (and the match gates' per-kind rates and mix of
+   lookups) are scaled down to a small prior, and the guard's measured speed is reset; the new
+   request's own steps decide within a few steps.
 
 ``decide`` only reads state (calling it twice returns the same action); all learning happens in
 ``observe``, which accepts outcomes of actions it did not choose (overrides, other requests of
@@ -511,8 +512,12 @@ class AdaptivePolicy(Policy):
         that cut it to nothing would keep pricing drafts on verify costs it never re-measures
         (after a stall inflated them, speculation would stay off). One such step per burst
         re-measures the cost; the rest of the burst is the gate's, so that a burst on a request
-        whose matches are not accepted costs one long verify, not four."""
+        whose matches are not accepted costs one long verify, not four. A burst that shadow
+        drafting asked for is the gate's throughout: the gate predicted a win at the current costs,
+        so they cannot be ruling drafts out, and a floor would verify 4 tokens of a weak match."""
         if self._probe_measured or not self.guard.wants_spec_probe():
+            return 0
+        if self._probe_drafter is not None:
             return 0
         return min(self.config.probe_min_k, self.config.max_k)
 

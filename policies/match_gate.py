@@ -39,6 +39,11 @@ from policies.goodput import best_draft_len
 
 _MISS = (0, False)  # a lookup that found no match: the step is a plain one
 MAX_RATE = 0.999  # a lifted rate stays a probability below 1
+# at a request start the mix of lookup results (which kinds of match, how many misses) is scaled
+# down to this many lookups: a copy request finds long matches at most steps and the open-ended
+# request after it few, so the previous request's mix may only break ties until this one's own
+# lookups (one per step) speak
+REQUEST_PRIOR_LOOKUPS = 2.0
 # pricing the drafter re-optimises every kind's length once per this many pricings (about one per
 # step); in between only the kinds that learned are: costs drift over ~100 steps, and goodput is
 # flat near its optimum
@@ -144,7 +149,8 @@ class MatchGate:
 
     def tokens_per_s(self) -> float:
         """Predicted tokens/s of drafting with this gate: per kind of lookup result, the gate's
-        best length and its expected tokens and verify seconds, mixed by how often each occurs
+        best length under this request's lift (as ``keep`` cuts) and its expected tokens and verify
+        seconds, mixed by how often each occurs
         (a ratio of expected sums, as time is). NaN before any lookup or any measured cost.
 
         A length of 0 is always allowed, so this is at least plain speed (less the lookup's own
@@ -161,10 +167,16 @@ class MatchGate:
             self._pricings = 0
             self._best_k.clear()
         best_k = self._best_k
+        # priced as keep() cuts: a price without the lift kept asking for probe bursts on requests
+        # whose drafts the lift cuts
+        lift = self.request_lift()
         tokens_sum = seconds_sum = 0.0
         for kind, weight in self.seen.items():
             if kind == _MISS:
                 tokens, spent = 1.0, seconds[0]
+            elif lift != 1.0:
+                k, tokens = _best_lifted(self._kind_rates(kind), lift, seconds, self.max_k)
+                spent = seconds[k]
             else:
                 expected = self._expected_tokens(kind)
                 k = best_k.get(kind)
@@ -204,9 +216,14 @@ class MatchGate:
             self._forget(kind)
 
     def start_request(self, max_trials: float) -> None:
-        """Scale each order's evidence down to a prior of ``max_trials`` trials (a new request)."""
+        """A new request: each kind's evidence is scaled down to a prior of ``max_trials`` trials,
+        the mix of lookup results to ``REQUEST_PRIOR_LOOKUPS`` lookups, and the lift starts at 1."""
         for profile in self.profiles.values():
             profile.soften(max_trials)
+        total = sum(self.seen.values())
+        if total > REQUEST_PRIOR_LOOKUPS:
+            factor = REQUEST_PRIOR_LOOKUPS / total
+            self.seen = {kind: weight * factor for kind, weight in self.seen.items()}
         self._rates.clear()
         self._expected.clear()
         self._best_k.clear()
@@ -221,14 +238,18 @@ class MatchGate:
 def _best_lifted_len(rates: list[float], lift: float, seconds: list[float], available: int) -> int:
     """``best_draft_len(expected_tokens_by_k(rates scaled by lift, capped), seconds)[0]`` for
     ``k <= available``, in one pass (this runs at every lookup)."""
-    best_k, best = 0, (1.0 / seconds[0] if seconds[0] > 0 else 0.0)
+    return _best_lifted(rates, lift, seconds, available)[0]
+
+
+def _best_lifted(rates: list[float], lift: float, seconds: list[float], available: int) -> tuple[int, float]:
+    """The best length as ``_best_lifted_len`` and the expected tokens of a step at it."""
+    best_k, best, best_tokens = 0, (1.0 / seconds[0] if seconds[0] > 0 else 0.0), 1.0
     reach = total = 1.0
-    for k in range(1, available + 1):
-        rate = rates[k - 1] * lift
+    for k, rate, spent in zip(range(1, available + 1), rates, seconds[1:]):
+        rate *= lift
         reach *= rate if rate < MAX_RATE else MAX_RATE
         total += reach
-        spent = seconds[k]
         value = total / spent if spent > 0 else 0.0
         if value > best:  # ties go to the shorter draft, as in best_draft_len
-            best_k, best = k, value
-    return best_k
+            best_k, best, best_tokens = k, value, total
+    return best_k, best_tokens

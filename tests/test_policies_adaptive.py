@@ -255,3 +255,32 @@ def test_a_slow_spell_is_not_mistaken_for_speculation_losing():
         else:
             policy.observe(StepOutcome("ngram", 16, 0, 0, 1, 0.0003, 0.036 * 1.2))
     assert policy.guard.allowed and policy.guard.relative_speed > 1.0
+
+
+def test_a_burst_shadow_drafts_asked_for_verifies_what_the_gate_keeps_and_a_scheduled_one_a_probe():
+    # a probe burst verifies at least one probe_min_k draft, so that costs inflated by a busy spell
+    # get re-measured. A burst that shadow drafting asked for needs none: the gate itself predicted
+    # a win at the current costs, and a floor would verify 4 tokens of a weak 1-token match
+    def trained_and_off():
+        policy = AdaptivePolicy(["ngram"])
+        _gated_request(policy, 40, lambda n: n)  # a copy request: 2-token matches accepted in full
+        gate = policy.draft_gate("ngram")
+        for _ in range(30):
+            gate.learn(1, 2, 0)  # 1-token matches never are
+        policy.guard.allowed, policy.guard.backoff, policy.guard.plain_streak = False, 64, 0
+        policy.start_request()
+        return policy, gate
+
+    policy, gate = trained_and_off()
+    policy.observe_shadow("ngram", 4, 4, 2, False)  # plain decoding shows a 2-token match's draft right
+    assert policy.guard.probe_requested
+    for _ in range(policy.guard.config.backoff_initial):
+        policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, _verify_s(0)))
+    assert policy.guard.wants_spec_probe()
+    assert gate.keep(1, 16) == 0 and gate.keep(2, 16) > 0
+
+    policy, gate = trained_and_off()  # no shadow evidence: the burst comes on the backoff's schedule
+    for _ in range(policy.guard.backoff):
+        policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, _verify_s(0)))
+    assert policy.guard.wants_spec_probe()
+    assert gate.keep(1, 16) == policy.config.probe_min_k

@@ -198,3 +198,33 @@ def test_a_busy_spell_cannot_turn_drafting_off_for_good_probes_re_measure_and_st
     policy.observe(StepOutcome("ngram", 4, 4, 4, 5, 0.0003, 0.05, match_order=3))
     verify = policy.costs.verify_s_by_k(16)
     assert verify[16] == pytest.approx(verify[4]) and verify[4] == pytest.approx(0.05, rel=0.05)
+
+
+def test_the_drafter_is_priced_with_the_request_lift_so_price_and_cut_agree():
+    # earlier requests accepted 2-token matches in full; this one's fail from the first token. The
+    # lift cuts every draft (keep = 0), so drafting with the gate is worth plain speed, not the
+    # per-kind rates' copy-request speed (which asked for probe bursts that lost, on SmolLM2)
+    g = gate()
+    for _ in range(30):
+        g.keep(2, 16)
+        g.learn(2, 16, 16)
+    g.start_request(16.0)
+    for _ in range(6):
+        g.learn(2, g.keep(2, 16), 0)
+    assert g.request_lift() < 0.4
+    assert g.keep(2, 16) == 0
+    assert g.tokens_per_s() == pytest.approx(1 / CPU_VERIFY[0])
+
+
+def test_a_new_request_weighs_the_last_requests_mix_of_lookups_as_a_couple_of_lookups():
+    from policies.match_gate import REQUEST_PRIOR_LOOKUPS
+
+    g = gate()
+    for _ in range(40):  # a copy request: a 3-token match at every step
+        g.keep(3, 16)
+        g.learn(3, 16, 16)
+    g.start_request(16.0)
+    assert sum(g.seen.values()) == pytest.approx(REQUEST_PRIOR_LOOKUPS)
+    for _ in range(8):  # an open-ended request: lookups find nothing
+        g.note_miss()
+    assert g.seen[(0, False)] > 0.75 * sum(g.seen.values())  # its own lookups make the mix
