@@ -45,7 +45,10 @@ def run_bench(tree: Path, args: argparse.Namespace, out: Path) -> dict:
 def summarise(run: dict) -> dict:
     configs = run["configs"]
     plain = configs["plain"]["tokens_per_s"]
+    plain_kinds = configs["plain"].get("by_kind", {})
     return {name: {"tokens_per_s": c["tokens_per_s"], "vs_plain": c["tokens_per_s"] / plain,
+                   "vs_plain_by_kind": {kind: k["tokens_per_s"] / plain_kinds[kind]["tokens_per_s"]
+                                        for kind, k in c.get("by_kind", {}).items() if kind in plain_kinds},
                    "all_equal_plain": c.get("all_equal_plain", True)} for name, c in configs.items()}
 
 

@@ -168,30 +168,48 @@ def telemetry_section(results_dir: Path, dates: dict | None) -> str:
         provenance(results_dir, ["telemetry_overhead.json"], dates, command_hooks, machine_line(hooks))])
 
 
-def refactor_section(results_dir: Path, dates: dict | None) -> str:
-    data = load(results_dir, "refactor_ab.json")
+def revisions_section(results_dir: Path, dates: dict | None, name: str, title: str, subject: str,
+                      intro: str = "") -> str:
+    """A ``compare_revisions`` run: each revision's ratios to plain by round, and their ratio."""
+    if not (Path(results_dir) / name).exists():
+        return ""
+    data = load(results_dir, name)
     before, after = data["before"][:7], data["after"][:7]
     rows = []
-    for name, c in data["comparison"].items():
-        if name == "plain":
+    for config, c in data["comparison"].items():
+        if config == "plain":
             continue
         lo, hi = c["range_after_over_before"]
-        rows.append([f"`{name}`", " ".join(f"{x:.2f}×" for x in c["before_vs_plain"]),
+        rows.append([f"`{config}`", " ".join(f"{x:.2f}×" for x in c["before_vs_plain"]),
                      " ".join(f"{x:.2f}×" for x in c["after_vs_plain"]),
                      f"{c['median_after_over_before']:.2f} [{lo:.2f}, {hi:.2f}]",
                      "yes" if c["all_equal_plain"] else "**no**"])
-    prompts = Path(data["prompts"]).name
-    what = (f"The same `bench` run on two revisions of the engine, `{before}` and `{after}`, alternated round by "
-            f"round ({len(data['rounds'])} rounds, [`{prompts}`]({prompts}), {data['max_new_tokens']} new tokens). "
+    prompts = Path(data["prompts"])
+    link = prompts.name if prompts.parent.name == "benchmarks" else f"{prompts.parent.name}/{prompts.name}"
+    split = data.get("split")
+    what = (f"The same `bench` run on two revisions of {subject}, `{before}` and `{after}`, alternated round by "
+            f"round ({len(data['rounds'])} rounds, [`{link}`]({link}){f', its `{split}` split' if split else ''}, "
+            f"{data['max_new_tokens']} new tokens). "
             "Each revision is measured by its ratio to `plain` in the same run, so the machine's drift cancels; "
             "a median ratio of ratios near 1, its range straddling 1, means no change beyond the noise.")
     header = ["config", f"`{before}` × plain, by round", f"`{after}` × plain, by round",
               "after / before, median [range]", "all outputs equal plain"]
+    prompts_arg = "" if link == "workloads.jsonl" else f"--prompts benchmarks/{link} "
+    split_arg = f"--split {split} " if split else ""
     command = (f".venv/bin/python -m benchmarks.compare_revisions --before {before} --after {after} "
-               f"--configs {','.join(data['comparison'])} --rounds {len(data['rounds'])} "
-               "--out benchmarks/results/refactor_ab.json")
-    return "\n\n".join(["## The step-protocol refactor against the engine before it", what, table(header, rows),
-                        provenance(results_dir, ["refactor_ab.json"], dates, command, machine_line(data))])
+               f"{prompts_arg}{split_arg}--configs {','.join(data['comparison'])} --rounds {len(data['rounds'])} "
+               f"--max-new-tokens {data['max_new_tokens']} --out benchmarks/results/{name}")
+    parts = [f"## {title}", intro, what, table(header, rows),
+             provenance(results_dir, [name], dates, command, machine_line(data))]
+    return "\n\n".join(p for p in parts if p)
+
+
+CONTROLLER_AB_INTRO = (
+    "A change to how the controller starts each request: the match gate prices prompt lookup with the "
+    "request's own lift (as it already cut drafts with it), the previous request's mix of lookup results "
+    "weighs as 2 lookups of the new one, and a probe burst that shadow drafting asked for verifies only what "
+    "the gate keeps. Measured on the held-out test split, against the revision whose controller the "
+    "corpus table above was measured with.")
 
 
 def server_overhead_section(results_dir: Path, dates: dict | None) -> str:
@@ -435,6 +453,8 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         replay_section(results_dir, "replay_workloads.json", dates),
         bench_section(results_dir, "engine.json", "Engine against transformers", ENGINE, dates),
         corpus_section(results_dir, dates),
+        revisions_section(results_dir, dates, "controller_ab.json",
+                          "The controller's request start, before and after", "the controller", CONTROLLER_AB_INTRO),
         policy_overhead_section(results_dir, dates),
         telemetry_section(results_dir, dates),
         validation_section(results_dir, ["sim_validation.json", "sim_validation_adaptive.json"], dates),
@@ -447,7 +467,8 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         prefill_chunk_section(results_dir, dates),
         packed_forward_section(results_dir, dates),
         suffix_section(results_dir, dates),
-        refactor_section(results_dir, dates),
+        revisions_section(results_dir, dates, "refactor_ab.json",
+                          "The step-protocol refactor against the engine before it", "the engine"),
         dashboard_section(results_dir, dates),
         not_reported_section(results_dir),
     ]
