@@ -19,8 +19,9 @@ batch fills, the wider forward costs more per row than the drafts bring, so the 
 (to 0 where nothing pays), and grows back as the batch empties or the traffic copies more. A single
 row is never capped: its own controller already weighs its drafts against plain decoding. Each cap
 is tried ``min_trials`` times first; afterwards a fraction ``explore`` of steps tries a random cap
-(seeded), so a cap that lost under other traffic is measured again, and cap 0 (plain decoding, the
-baseline every other cap must beat) is taken at least once every ``plain_every`` batched steps: the
+(seeded; while a row decodes plainly, only among the caps ``plain_slowdown`` allows), so a cap that
+lost under other traffic is measured again, and cap 0 (plain decoding, the baseline every other cap
+must beat) is taken at least once every ``plain_every`` batched steps: the
 cost fit needs one-token-wide steps of full batches to price the jump to multi-token rows, and a
 cap that keeps winning would otherwise starve it of them (a full batch then drifts into drafting
 that loses, priced from stale costs).
@@ -97,18 +98,25 @@ class BatchDraftCap:
             chosen = untried[0]
         elif 0 in self.caps and self._steps - self._last_plain >= self.plain_every:
             chosen = 0
-        elif self._rng.random() < self.explore:
-            chosen = self._rng.choice(self.caps)
+        elif self._rng.random() < self.explore:  # a try is bound too: a plain row pays for it alike
+            chosen = self._rng.choice(self.allowed(rows, plain_rows))
         else:
             predicted = self.predicted_goodput(rows)
-            if plain_rows and self.plain_slowdown is not None:
-                bound = self.cost(rows, 1)
-                predicted = {c: g for c, g in predicted.items() if c == 0 or bound is None
-                             or self.cost(rows, self._width[c].value) <= (1 + self.plain_slowdown) * bound}
-            chosen = max(self.caps, key=lambda c: predicted.get(c, 0.0))
+            chosen = max(self.allowed(rows, plain_rows), key=lambda c: predicted.get(c, 0.0))
         if chosen == 0:
             self._last_plain = self._steps
         return chosen
+
+    def allowed(self, rows: int, plain_rows: int = 0) -> tuple[int, ...]:
+        """The caps a step of ``rows`` rows may take while ``plain_rows`` of them decode plainly: those
+        whose measured width costs at most ``1 + plain_slowdown`` plain steps (all while no row is
+        plain, there is no bound, or nothing prices a step yet); cap 0, or the smallest, always."""
+        bound = self.cost(rows, 1) if plain_rows and self.plain_slowdown is not None else None
+        if bound is None:
+            return self.caps
+        limit = (1 + self.plain_slowdown) * bound
+        return tuple(c for c in self.caps if c == 0 or (c in self._width and self.cost(rows, self._width[c].value) <= limit)
+                     ) or (min(self.caps),)
 
     def predicted_goodput(self, rows: int) -> dict[int, float]:
         """Tokens per second the batch would make at ``rows`` rows under each measured cap."""

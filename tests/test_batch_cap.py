@@ -92,6 +92,23 @@ def test_a_plain_row_in_the_batch_bounds_what_the_others_drafts_may_cost_it():
         assert cap.choose(4, plain_rows) == expected, (slowdown, plain_rows)
 
 
+def test_a_random_try_keeps_to_the_bound_while_a_row_decodes_plainly():
+    def gentle(rows: int, width: int) -> float:
+        return 0.1 * rows ** 0.5 * (1 + 0.02 * (width - 1))
+
+    copying = {0: 1.0, 2: 2.9, 4: 4.8, 8: 8.5, 16: 15.0}
+    widths = {0: 1, 2: 3, 4: 5, 8: 9, 16: 17}  # cost over a plain step: 1.04, 1.08, 1.16, 1.32
+    cap = BatchDraftCap(explore=0.0, plain_every=10_000, plain_slowdown=0.1)
+    for _ in range(30):
+        c = cap.choose(4)
+        cap.observe(4, widths[c], gentle(4, widths[c]), c, 4, round(copying[c] * 4))
+    cap.explore = 1.0  # from here every step is a random try
+    assert cap.allowed(4, 1) == (0, 2, 4) and cap.allowed(4, 0) == cap.caps
+    with_plain = [cap.choose(4, plain_rows=1) for _ in range(200)]
+    assert set(with_plain) == {0, 2, 4}  # all the allowed caps are tried, nothing wider
+    assert {8, 16} <= {cap.choose(4) for _ in range(200)}  # with no plain row, every cap is
+
+
 @pytest.mark.parametrize("kwargs", [{"caps": ()}, {"caps": (-1,)}, {"decay": 0.0}, {"explore": 2.0}, {"min_trials": -1},
                                     {"plain_every": 0}, {"plain_slowdown": -0.1}, {"plain_slowdown": float("nan")}])
 def test_bad_settings_are_refused_by_name(kwargs):
