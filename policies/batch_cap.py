@@ -25,11 +25,16 @@ must beat) is taken at least once every ``plain_every`` batched steps: the
 cost fit needs one-token-wide steps of full batches to price the jump to multi-token rows, and a
 cap that keeps winning would otherwise starve it of them (a full batch then drifts into drafting
 that loses, priced from stale costs).
+
+The cap is chosen before the rows draft; once each row's own controller has cut its draft,
+``afford`` cuts the bound rows' drafts further if a row is left with nothing to verify and the
+step would cost it more than ``plain_slowdown`` allows (the engine and the replica both call it).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from policies.guard import GuardConfig
@@ -117,6 +122,27 @@ class BatchDraftCap:
         limit = (1 + self.plain_slowdown) * bound
         return tuple(c for c in self.caps if c == 0 or (c in self._width and self.cost(rows, self._width[c].value) <= limit)
                      ) or (min(self.caps),)
+
+    def afford(self, lengths: Sequence[int], bound: Sequence[bool], cap: int,
+               scored: Callable[[list[int]], float]) -> int:
+        """The largest cap up to ``cap`` that a step's drafts can afford once they are known.
+
+        ``choose`` comes before drafting and counts as plain only the rows whose controllers planned
+        no draft, but a row's gate may still cut its draft to nothing, and that row then pays for
+        the others' drafts as much. ``lengths``: each row's draft as its own controller cut it;
+        ``bound``: the rows the cap binds; ``scored``: the tokens a forward over rows that wide
+        scores. While any row would verify nothing, the step's predicted cost may exceed a plain
+        step of the same rows by ``plain_slowdown`` at most; the bound rows' drafts are cut to the
+        largest cap that keeps to it (0 when none does)."""
+        base = self.cost(len(lengths), 1) if cap and self.plain_slowdown is not None else None
+        if base is None:
+            return cap
+        limit = (1 + self.plain_slowdown) * base
+        for c in sorted({cap, *(c for c in self.caps if c < cap)}, reverse=True):
+            widths = [1 + (min(n, c) if b else n) for n, b in zip(lengths, bound)]
+            if min(widths) > 1 or self.cost(len(widths), scored(widths) / len(widths)) <= limit:
+                return c
+        return 0
 
     def predicted_goodput(self, rows: int) -> dict[int, float]:
         """Tokens per second the batch would make at ``rows`` rows under each measured cap."""

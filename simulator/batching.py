@@ -50,6 +50,7 @@ from policies.batch_cap import BatchDraftCap
 from policies.session import StepPlan
 from policies.batch_layout import scored_tokens
 from simulator.cost_model import forward_verify_s
+from simulator.drafts import Draft
 from simulator.replica import Replica
 
 
@@ -123,16 +124,25 @@ class BatchingReplica(Replica):
                 if k > 0:
                     looked_up.setdefault(plan.drafter, []).append(draft.looked_up)
                 steps.append((plan, draft))
+            if cap:  # as the engine: rows the gates left with nothing to verify bound the others' drafts
+                afforded = self.draft_cap.afford([d.proposed for _, d in steps], bound, cap, self.scored)
+                if afforded < cap:
+                    cap = afforded
+                    steps = [(plan, _trimmed(draft, cap) if capped else draft)
+                             for (plan, draft), capped in zip(steps, bound)]
             seconds = self.iteration_s(running, steps, looked_up)
             yield env.timeout(seconds + self.overhead.step_s)  # 4, 5
             if self.draft_cap is not None:  # every iteration teaches the cost; a capped one, the cap's gain
                 gained = [draft.accepted + 1 for (_, draft), capped in zip(steps, bound) if capped]
                 # priced by the tokens scored, as the engine does (a packed forward: its rows' mean width)
                 widths = [draft.proposed + 1 for _, draft in steps]
-                scored = scored_tokens(widths) if getattr(self.cost, "padded", False) else sum(widths)
-                self.draft_cap.observe(len(running), scored / len(widths), seconds, cap,
+                self.draft_cap.observe(len(running), self.scored(widths) / len(widths), seconds, cap,
                                        len(gained), sum(gained))
             running = self.finish_iteration(running, steps)  # 6
+
+    def scored(self, widths: list[int]) -> int:
+        """Tokens a forward over rows ``widths`` wide scores, as the profile's forward ran."""
+        return scored_tokens(widths) if getattr(self.cost, "padded", False) else sum(widths)
 
     def admit(self, running: int) -> tuple[list, float]:
         """The requests whose whole prompt goes in this iteration, and the seconds of the prefill
@@ -193,3 +203,8 @@ def chunk_prefill_s(cost, done: int, tokens: int) -> float:
     if done == 0:
         return cost.prefill_s(tokens)
     return max(0.0, cost.prefill_s(done + tokens) - cost.prefill_s(done) + cost.prefill_s(0))
+
+
+def _trimmed(draft: Draft, cap: int) -> Draft:
+    """``draft`` verified ``cap`` tokens long at most (acceptance is a prefix: what it accepted within them stands)."""
+    return draft._replace(proposed=min(draft.proposed, cap), accepted=min(draft.accepted, cap))

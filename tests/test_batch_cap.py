@@ -109,6 +109,25 @@ def test_a_random_try_keeps_to_the_bound_while_a_row_decodes_plainly():
     assert {8, 16} <= {cap.choose(4) for _ in range(200)}  # with no plain row, every cap is
 
 
+def test_drafts_a_gate_left_a_row_without_are_cut_to_what_that_row_can_afford():
+    def cost(rows: int, width: float) -> float:  # no jump: packed drafts cost by the tokens they add
+        return 0.05 + 0.01 * rows + 0.004 * rows * width
+
+    cap = BatchDraftCap(plain_slowdown=0.1)
+    cap.warm([(rows, width, cost(rows, width)) for rows in (2, 4, 8) for width in (1, 2, 3, 5, 9, 17)])
+    packed = sum  # each row's own tokens
+    # one row of 4 drafting k, over a plain step of the 4: k=2 -> 1.08, k=4 -> 1.15, k=8 -> 1.30
+    assert cap.afford([8, 8, 8, 8], [True] * 4, 8, packed) == 8  # every row verifies: no bound
+    assert cap.afford([8, 0, 0, 0], [True] * 4, 8, packed) == 2  # a row verifies nothing: cut to fit
+    assert cap.afford([8, 0, 0, 0], [True] * 4, 16, packed) == 2
+    assert BatchDraftCap(plain_slowdown=0.05, caps=(0, 2, 4, 8)).afford([8, 0], [True] * 2, 8, packed) == 8  # cold
+    cap.plain_slowdown = 0.05
+    assert cap.afford([8, 0, 0, 0], [True] * 4, 8, packed) == 0
+    assert cap.afford([8, 0, 5, 0], [True, True, False, True], 8, packed) == 0  # a fixed row's own draft stays
+    cap.plain_slowdown = None
+    assert cap.afford([8, 0, 0, 0], [True] * 4, 8, packed) == 8
+
+
 @pytest.mark.parametrize("kwargs", [{"caps": ()}, {"caps": (-1,)}, {"decay": 0.0}, {"explore": 2.0}, {"min_trials": -1},
                                     {"plain_every": 0}, {"plain_slowdown": -0.1}, {"plain_slowdown": float("nan")}])
 def test_bad_settings_are_refused_by_name(kwargs):

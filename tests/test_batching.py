@@ -284,3 +284,29 @@ def test_controller_pools_are_bounded_like_the_registry():
         engine.submit(PROMPTS[2], key=f"user-{i}", max_new_tokens=3)
     engine.run()
     assert len(engine._pools) <= 3 and "user-9" in engine._pools
+
+
+def test_a_row_left_with_nothing_to_verify_bounds_what_the_others_drafts_cost_it(decoder):
+    from policies.batch_cap import BatchDraftCap
+
+    class Eight(BatchDraftCap):  # chooses before any draft, as if no row would decode plainly
+        def choose(self, rows, plain_rows=0):
+            return None if rows <= 1 else 8
+
+    def served(slowdown):
+        cap = Eight(plain_slowdown=slowdown)  # a step with any multi-token row costs ~4x a plain one
+        cap.warm([(r, w, 0.01 + 0.01 * r + 0.001 * r * w + 0.05 * r * (w > 1)) for r in (1, 2, 4) for w in (1, 2, 5, 9)])
+        engine = BatchedDecoder(decoder, max_batch=2, draft_cap=cap)
+        # a learning controller the cap binds, one whose choices do not depend on timings
+        copying = engine.submit(COPY, policy=policy("heuristic:ngram"), max_new_tokens=30)
+        plain = engine.submit(PROMPTS[1], policy=policy("plain"), max_new_tokens=12)
+        results = engine.run()
+        return results[copying], results[plain]
+
+    copying, plain = served(0.05)
+    assert copying.token_ids == alone(decoder, COPY, "plain", max_new_tokens=30).token_ids
+    assert plain.token_ids == alone(decoder, PROMPTS[1], "plain", max_new_tokens=12).token_ids
+    assert sum(s.proposed for s in copying.steps[: len(plain.steps)]) == 0  # its drafts would cost the plain row 4x
+    assert copying.stats.draft_tokens > 0  # alone again, it drafts
+    unbounded, _ = served(None)
+    assert sum(s.proposed for s in unbounded.steps[: len(plain.steps)]) > 0  # without the bound the 8 stands

@@ -141,3 +141,32 @@ def test_requests_whose_prefill_costs_nothing_still_join():
     env.run()
     assert ends.arrived > 5 and ends.ended == ends.arrived  # every request decoded to its end
     assert sim.replicas[0].in_service == 0 and not sim.replicas[0].queue
+
+
+def test_rows_left_with_nothing_to_verify_bound_the_others_drafts_as_in_the_engine():
+    from policies.batch_cap import BatchDraftCap
+
+    class Eight(BatchDraftCap):
+        def choose(self, rows, plain_rows=0):  # before any draft, as if no row would decode plainly
+            return None if rows <= 1 else 8
+
+        def cost(self, rows, width):  # any multi-token row triples the step
+            return 0.01 * rows * (1 if width == 1 else 3)
+
+    def iterations(slowdown):
+        env = simpy.Environment()
+        sim = build_simulation(env, _scenario("adaptive", 8, rate=200.0))
+        replica = sim.replicas[0]
+        replica.draft_cap = Eight(plain_slowdown=slowdown)
+        steps = _Steps()
+        steps.outcomes = {}
+        steps.on_step = lambda outcome, batch: steps.outcomes.setdefault(outcome.timestamp, []).append(outcome.proposed)
+        replica.hooks = steps
+        env.run()
+        return [proposed for proposed in steps.outcomes.values() if len(proposed) > 1]
+
+    mixed = [p for p in iterations(None) if 0 in p and max(p) > 0]
+    assert mixed  # unbounded, a row verifies nothing while others verify 8
+    bounded = iterations(0.05)
+    assert not [p for p in bounded if 0 in p and max(p) > 0]  # bounded: never both in one iteration
+    assert [p for p in bounded if min(p) > 0]  # and rows that all verify keep their drafts

@@ -13,8 +13,9 @@ The batch's speculation: in a padded forward every row pays for the widest row's
 one, which ``SlotCache`` takes when rows' widths differ enough, charges each row its own), so an optional
 ``BatchDraftCap`` caps the drafts of the rows that learning controllers serve at the length that
 maximises the batch's tokens per second, predicted from the measured cost of the batch's shape
-and each cap's measured gain (``policies.batch_cap``). Concurrent
-requests of one traffic key get controllers of their own (``_pooled``).
+and each cap's measured gain (``policies.batch_cap``), and cuts them further once the rows' own
+controllers have cut theirs if a row is left with nothing to verify (``BatchDraftCap.afford``).
+Concurrent requests of one traffic key get controllers of their own (``_pooled``).
 
 What it does not do yet: drafters with a model of their own (their caches are per request; only
 lookups such as ``ngram`` are batched).
@@ -308,7 +309,7 @@ class BatchedDecoder:
         plans = [row.session.plan(len(row.generated), row.context) for row in self.active]
         plain_rows = sum(plan.k == 0 for plan in plans)  # rows the others' drafts would only slow
         cap = self.draft_cap.choose(rows, plain_rows) if self.draft_cap is not None and any(bound) else None
-        proposals, inputs = [], []
+        proposals = []
         for row, capped, plan in zip(self.active, bound, plans):
             drafter = row.drafters.get(plan.drafter)
             if drafter is None:
@@ -318,7 +319,12 @@ class BatchedDecoder:
             proposal = self._propose(row, drafter, k) if k > 0 else _EMPTY
             kept = row.session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
             proposals.append((proposal, proposal.tokens[:kept]))
-            inputs.append([row.context[-1], *proposal.tokens[:kept]])
+        if cap:  # the gates have cut: rows left with nothing to verify bound what the others' drafts cost
+            afforded = self.draft_cap.afford([len(d) for _, d in proposals], bound, cap, self.slots.scored)
+            if afforded < cap:
+                cap = afforded
+                proposals = [(p, d[:cap] if capped else d) for (p, d), capped in zip(proposals, bound)]
+        inputs = [[row.context[-1], *drafts] for row, (_, drafts) in zip(self.active, proposals)]
         t1 = decoder._now()
         logits = self.slots.extend(inputs)
         done: list[int] = []

@@ -165,6 +165,13 @@ class SlotCache:
 
     # -- a step ------------------------------------------------------------------------------------
 
+    def _packs(self, widths: list[int]) -> bool:
+        return self._packs_masks and packs(widths, self.layout)
+
+    def scored(self, widths: list[int]) -> int:
+        """Tokens a forward over rows ``widths`` tokens wide would score, in the form ``extend`` runs it."""
+        return sum(widths) if self._packs(widths) else len(widths) * max(widths)
+
     @torch.inference_mode()
     def extend(self, inputs: list[list[int]]) -> list[torch.Tensor]:
         """Feed every row its tokens in one forward; per row, logits [len(inputs[row]), vocab]."""
@@ -172,7 +179,7 @@ class SlotCache:
             raise ValueError(f"extend needs at least one token for each of the {self.rows} rows")
         widths = [len(tokens) for tokens in inputs]
         width = max(widths)
-        packed = self._packs_masks and packs(widths, self.layout)
+        packed = self._packs(widths)
         self.last_layout, self.last_tokens = ("packed", sum(widths)) if packed else ("padded", self.rows * width)
         if packed:
             return self._extend_packed(inputs, width)
