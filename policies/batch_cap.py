@@ -29,6 +29,7 @@ that loses, priced from stale costs).
 The cap is chosen before the rows draft; once each row's own controller has cut its draft,
 ``afford`` cuts the bound rows' drafts further if a row is left with nothing to verify and the
 step would cost it more than ``plain_slowdown`` allows (the engine and the replica both call it).
+The step still counts as the chosen cap's: its gain and width are what choosing that cap led to.
 """
 
 from __future__ import annotations

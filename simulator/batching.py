@@ -127,8 +127,7 @@ class BatchingReplica(Replica):
             if cap:  # as the engine: rows the gates left with nothing to verify bound the others' drafts
                 afforded = self.draft_cap.afford([d.proposed for _, d in steps], bound, cap, self.scored)
                 if afforded < cap:
-                    cap = afforded
-                    steps = [(plan, _trimmed(draft, cap) if capped else draft)
+                    steps = [(plan, _trimmed(draft, afforded) if capped else draft)
                              for (plan, draft), capped in zip(steps, bound)]
             seconds = self.iteration_s(running, steps, looked_up)
             yield env.timeout(seconds + self.overhead.step_s)  # 4, 5

@@ -320,10 +320,10 @@ class BatchedDecoder:
             kept = row.session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
             proposals.append((proposal, proposal.tokens[:kept]))
         if cap:  # the gates have cut: rows left with nothing to verify bound what the others' drafts cost
+            # (the step is still the cap's as chosen: what choosing it leads to is what it learns)
             afforded = self.draft_cap.afford([len(d) for _, d in proposals], bound, cap, self.slots.scored)
             if afforded < cap:
-                cap = afforded
-                proposals = [(p, d[:cap] if capped else d) for (p, d), capped in zip(proposals, bound)]
+                proposals = [(p, d[:afforded] if capped else d) for (p, d), capped in zip(proposals, bound)]
         inputs = [[row.context[-1], *drafts] for row, (_, drafts) in zip(self.active, proposals)]
         t1 = decoder._now()
         logits = self.slots.extend(inputs)
