@@ -30,6 +30,8 @@ The cap is chosen before the rows draft; once each row's own controller has cut 
 ``afford`` cuts the bound rows' drafts further if a row is left with nothing to verify and the
 step would cost it more than ``plain_slowdown`` allows (the engine and the replica both call it).
 The step still counts as the chosen cap's: its gain and width are what choosing that cap led to.
+A row whose draft the batch refuses altogether decodes plainly, and its controller learns a plain
+step (``DecodeSession.overrule``), not a miss of its drafter.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ class BatchDraftCap:
         whose measured width costs at most ``1 + plain_slowdown`` plain steps (all while no row is
         plain, there is no bound, or nothing prices a step yet); cap 0, or the smallest, always."""
         bound = self.cost(rows, 1) if plain_rows and self.plain_slowdown is not None else None
-        if bound is None:
+        if bound is None or bound <= 0:  # a fit extrapolated below zero prices nothing
             return self.caps
         limit = (1 + self.plain_slowdown) * bound
         return tuple(c for c in self.caps if c == 0 or (c in self._width and self.cost(rows, self._width[c].value) <= limit)
@@ -134,16 +136,16 @@ class BatchDraftCap:
         ``bound``: the rows the cap binds; ``scored``: the tokens a forward over rows that wide
         scores. While any row would verify nothing, the step's predicted cost may exceed a plain
         step of the same rows by ``plain_slowdown`` at most; the bound rows' drafts are cut to the
-        largest cap that keeps to it (0 when none does)."""
+        largest cap that keeps to it (0, or the smallest cap, when none does)."""
         base = self.cost(len(lengths), 1) if cap and self.plain_slowdown is not None else None
-        if base is None:
+        if base is None or base <= 0:
             return cap
         limit = (1 + self.plain_slowdown) * base
         for c in sorted({cap, *(c for c in self.caps if c < cap)}, reverse=True):
             widths = [1 + (min(n, c) if b else n) for n, b in zip(lengths, bound)]
             if min(widths) > 1 or self.cost(len(widths), scored(widths) / len(widths)) <= limit:
                 return c
-        return 0
+        return 0 if 0 in self.caps else min(self.caps)
 
     def predicted_goodput(self, rows: int) -> dict[int, float]:
         """Tokens per second the batch would make at ``rows`` rows under each measured cap."""

@@ -91,6 +91,12 @@ class DecodeSession:
         stopper = self.policy.early_stop(drafter) if k > 1 and drafter in self.stoppable else None
         return StepPlan(action, drafter, k, gate, stopper, generated)
 
+    def overrule(self, plan: StepPlan) -> None:
+        """The caller decodes this step plainly whatever the policy planned (a batch that cannot
+        afford the draft): ``finish`` then reports a plain step, so the policy learns neither a miss
+        of its drafter nor a speculative step that yielded one token."""
+        plan.k = 0
+
     def cut(self, plan: StepPlan, available: int, match_order: int | None = None, ambiguous: bool = False) -> int:
         """Step 2: how many of the ``available`` drafted tokens to verify (all, without a gate)."""
         available = min(available, plan.k)

@@ -112,23 +112,30 @@ class BatchingReplica(Replica):
             plain_rows = sum(plan.k == 0 for plan in plans)  # as the engine: rows the others' drafts would only slow
             cap = (self.draft_cap.choose(len(running), plain_rows) if self.draft_cap is not None and any(bound)
                    else None)
+            overruled = []  # as the engine: sequences the batch decodes plainly against their plans
             for (request, session, _), capped, plan in zip(running, bound, plans):
                 tokens = self.tokens(request)
                 k = min(plan.k, cap) if cap is not None and capped else plan.k
                 if k == plan.k:
                     draft = drafts.draw(request.klass, session, plan, tokens)  # 3
-                else:  # drafted to the cap; the policy still learns the step as planned, as in the engine
+                else:  # drafted to the cap, as in the engine
                     drawn = StepPlan(plan.action, plan.drafter, k, plan.gate, plan.early_stop, plan.generated)
                     draft = drafts.draw(request.klass, session, drawn, tokens)
                     plan.skipped = drawn.skipped
                 if k > 0:
                     looked_up.setdefault(plan.drafter, []).append(draft.looked_up)
                 steps.append((plan, draft))
+                overruled.append(k == 0 < plan.k)
             if cap:  # as the engine: rows the gates left with nothing to verify bound the others' drafts
                 afforded = self.draft_cap.afford([d.proposed for _, d in steps], bound, cap, self.scored)
                 if afforded < cap:
+                    overruled = [was or (capped and afforded == 0 and draft.proposed > 0)
+                                 for was, capped, (_, draft) in zip(overruled, bound, steps)]
                     steps = [(plan, _trimmed(draft, afforded) if capped else draft)
                              for (plan, draft), capped in zip(steps, bound)]
+            for (_, session, _), (plan, _), plainly in zip(running, steps, overruled):
+                if plainly:
+                    session.overrule(plan)
             seconds = self.iteration_s(running, steps, looked_up)
             yield env.timeout(seconds + self.overhead.step_s)  # 4, 5
             if self.draft_cap is not None:  # every iteration teaches the cost; a capped one, the cap's gain

@@ -126,6 +126,16 @@ def test_drafts_a_gate_left_a_row_without_are_cut_to_what_that_row_can_afford():
     assert cap.afford([8, 0, 5, 0], [True, True, False, True], 8, packed) == 0  # a fixed row's own draft stays
     cap.plain_slowdown = None
     assert cap.afford([8, 0, 0, 0], [True] * 4, 8, packed) == 8
+    no_plain = BatchDraftCap(plain_slowdown=0.05, caps=(2, 4, 8))
+    no_plain.warm([(rows, width, cost(rows, width)) for rows in (2, 4, 8) for width in (1, 2, 3, 5, 9, 17)])
+    assert no_plain.afford([8, 0, 0, 0], [True] * 4, 8, packed) == 2  # the smallest cap it has
+
+
+def test_a_fit_that_prices_a_plain_step_at_or_below_zero_bounds_nothing():
+    cap = BatchDraftCap(plain_slowdown=0.05)
+    cap.warm([(rows, 1, 0.05 * rows - 0.3) for rows in (6, 7, 8)] + [(rows, 9, 0.06 * rows) for rows in (6, 7, 8)])
+    assert cap.cost(2, 1) <= 0
+    assert cap.allowed(2, 1) == cap.caps and cap.afford([8, 0], [True, True], 8, sum) == 8
 
 
 @pytest.mark.parametrize("kwargs", [{"caps": ()}, {"caps": (-1,)}, {"decay": 0.0}, {"explore": 2.0}, {"min_trials": -1},

@@ -9,7 +9,7 @@ import torch
 from adaptive_spec import SpeculativeDecoder
 from adaptive_spec.batching import BatchedDecoder, SlotCache
 from adaptive_spec.drafters import Int8Drafter, NgramDrafter
-from adaptive_spec.drafters.base import Drafter
+from adaptive_spec.drafters.base import Drafter, Proposal
 from adaptive_spec.errors import InvalidParameterError
 from policies import StaticPolicy
 from policies.registry import make_policy
@@ -259,6 +259,7 @@ def test_the_batch_cap_binds_learning_controllers_rows_only_and_keeps_outputs_ex
     assert all(results[i].token_ids == expected for i in (learning, fixed, forced))
     in_company = results[learning].steps[: len(results[fixed].steps)]
     assert sum(s.proposed for s in in_company) == 0  # capped to 0 while it had company
+    assert all(s.k == 0 for s in in_company)  # its controller learned plain steps, not misses of its drafter
     assert results[fixed].stats.draft_tokens > 0 and results[forced].stats.draft_tokens > 0  # fixed and forced stand
     assert never.measured()[0]["steps"] > 0 and never.cost(3, 5) is not None  # it measured the batch's steps
 
@@ -286,27 +287,40 @@ def test_controller_pools_are_bounded_like_the_registry():
     assert len(engine._pools) <= 3 and "user-9" in engine._pools
 
 
-def test_a_row_left_with_nothing_to_verify_bounds_what_the_others_drafts_cost_it(decoder):
+class EchoDrafter(Drafter):
+    """Always drafts: the context's last ``k`` tokens again (never a lookup miss)."""
+
+    name = "echo"
+
+    def propose(self, context, k, config, generator, early_stop=None):
+        return Proposal(tokens=list(context[-k:]))
+
+
+def test_a_row_left_with_nothing_to_verify_bounds_what_the_others_drafts_cost_it():
     from policies.batch_cap import BatchDraftCap
 
     class Eight(BatchDraftCap):  # chooses before any draft, as if no row would decode plainly
         def choose(self, rows, plain_rows=0):
             return None if rows <= 1 else 8
 
+    decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0)), [EchoDrafter()])
+
     def served(slowdown):
         cap = Eight(plain_slowdown=slowdown)  # a step with any multi-token row costs ~4x a plain one
         cap.warm([(r, w, 0.01 + 0.01 * r + 0.001 * r * w + 0.05 * r * (w > 1)) for r in (1, 2, 4) for w in (1, 2, 5, 9)])
         engine = BatchedDecoder(decoder, max_batch=2, draft_cap=cap)
         # a learning controller the cap binds, one whose choices do not depend on timings
-        copying = engine.submit(COPY, policy=policy("heuristic:ngram"), max_new_tokens=30)
-        plain = engine.submit(PROMPTS[1], policy=policy("plain"), max_new_tokens=12)
+        drafting = engine.submit(COPY, policy=make_policy("heuristic:echo", ["echo"]), max_new_tokens=30)
+        plain = engine.submit(PROMPTS[1], policy=make_policy("plain", ["echo"]), max_new_tokens=12)
         results = engine.run()
-        return results[copying], results[plain]
+        return results[drafting], results[plain]
 
-    copying, plain = served(0.05)
-    assert copying.token_ids == alone(decoder, COPY, "plain", max_new_tokens=30).token_ids
-    assert plain.token_ids == alone(decoder, PROMPTS[1], "plain", max_new_tokens=12).token_ids
-    assert sum(s.proposed for s in copying.steps[: len(plain.steps)]) == 0  # its drafts would cost the plain row 4x
-    assert copying.stats.draft_tokens > 0  # alone again, it drafts
+    drafting, plain = served(0.05)
+    assert drafting.token_ids == SpeculativeDecoder(decoder.target_model).generate(COPY, max_new_tokens=30).token_ids
+    assert plain.token_ids == SpeculativeDecoder(decoder.target_model).generate(PROMPTS[1], max_new_tokens=12).token_ids
+    in_company = drafting.steps[: len(plain.steps)]
+    assert sum(s.proposed for s in in_company) == 0  # its drafts would cost the plain row 4x
+    assert all(s.k == 0 for s in in_company)  # and its controller learned plain steps, not rejected drafts
+    assert drafting.stats.draft_tokens > 0  # alone again, it drafts
     unbounded, _ = served(None)
     assert sum(s.proposed for s in unbounded.steps[: len(plain.steps)]) > 0  # without the bound the 8 stands

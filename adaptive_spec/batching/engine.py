@@ -309,7 +309,7 @@ class BatchedDecoder:
         plans = [row.session.plan(len(row.generated), row.context) for row in self.active]
         plain_rows = sum(plan.k == 0 for plan in plans)  # rows the others' drafts would only slow
         cap = self.draft_cap.choose(rows, plain_rows) if self.draft_cap is not None and any(bound) else None
-        proposals = []
+        proposals, overruled = [], []  # overruled: rows the batch decodes plainly against their plans
         for row, capped, plan in zip(self.active, bound, plans):
             drafter = row.drafters.get(plan.drafter)
             if drafter is None:
@@ -319,11 +319,17 @@ class BatchedDecoder:
             proposal = self._propose(row, drafter, k) if k > 0 else _EMPTY
             kept = row.session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
             proposals.append((proposal, proposal.tokens[:kept]))
+            overruled.append(k == 0 < plan.k)
         if cap:  # the gates have cut: rows left with nothing to verify bound what the others' drafts cost
             # (the step is still the cap's as chosen: what choosing it leads to is what it learns)
             afforded = self.draft_cap.afford([len(d) for _, d in proposals], bound, cap, self.slots.scored)
             if afforded < cap:
+                overruled = [was or (capped and afforded == 0 and bool(d))
+                             for was, capped, (_, d) in zip(overruled, bound, proposals)]
                 proposals = [(p, d[:afforded] if capped else d) for (p, d), capped in zip(proposals, bound)]
+        for row, plan, plainly in zip(self.active, plans, overruled):
+            if plainly:
+                row.session.overrule(plan)
         inputs = [[row.context[-1], *drafts] for row, (_, drafts) in zip(self.active, proposals)]
         t1 = decoder._now()
         logits = self.slots.extend(inputs)
