@@ -137,7 +137,9 @@ class BatchDraftCap:
         scores. While any row would verify nothing, the step's predicted cost may exceed a plain
         step of the same rows by ``plain_slowdown`` at most; the bound rows' drafts are cut to the
         largest cap that keeps to it (0, or the smallest cap, when none does)."""
-        base = self.cost(len(lengths), 1) if cap and self.plain_slowdown is not None else None
+        if not cap or self.plain_slowdown is None or all(lengths):  # every row verifies: nothing to bound
+            return cap
+        base = self.cost(len(lengths), 1)
         if base is None or base <= 0:
             return cap
         limit = (1 + self.plain_slowdown) * base
