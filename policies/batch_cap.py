@@ -29,6 +29,12 @@ that loses, priced from stale costs).
 The cap is chosen before the rows draft; once each row's own controller has cut its draft,
 ``afford`` cuts the bound rows' drafts further if a row is left with nothing to verify and the
 step would cost it more than ``plain_slowdown`` allows (the engine and the replica both call it).
+The bound is kept over a request's life, not step by step: each row carries a credit (``credits``),
+the predicted seconds its tokens so far would have cost as plain steps of the same batches, with
+the margin, less the predicted seconds its steps cost. A row ahead of that (its own drafts were
+accepted) may pay for its neighbours' drafts out of its credit on a step where it verifies
+nothing; a row that has only decoded plainly has nothing but the margin. Without it, a copying
+row whose draft its gate cut for one step stopped every other row's drafts on that step.
 The step still counts as the chosen cap's: its gain and width are what choosing that cap led to.
 A row whose draft the batch refuses altogether decodes plainly, and its controller learns a plain
 step (``DecodeSession.overrule``), not a miss of its drafter.
@@ -95,9 +101,9 @@ class BatchDraftCap:
 
     # -- choosing ------------------------------------------------------------------------------------
 
-    def choose(self, rows: int, plain_rows: int = 0) -> int | None:
+    def choose(self, rows: int, plain_rows: int = 0, slack: float = 0.0) -> int | None:
         """The cap for a step of ``rows`` rows, ``plain_rows`` of them decoding plainly whatever the
-        cap; None: no cap (a single row)."""
+        cap, the least credit among them ``slack`` seconds; None: no cap (a single row)."""
         if rows <= 1:
             return None
         self._steps += 1
@@ -107,47 +113,63 @@ class BatchDraftCap:
         elif 0 in self.caps and self._steps - self._last_plain >= self.plain_every:
             chosen = 0
         elif self._rng.random() < self.explore:  # a try is bound too: a plain row pays for it alike
-            chosen = self._rng.choice(self.allowed(rows, plain_rows))
+            chosen = self._rng.choice(self.allowed(rows, plain_rows, slack))
         else:
             predicted = self.predicted_goodput(rows)
-            chosen = max(self.allowed(rows, plain_rows), key=lambda c: predicted.get(c, 0.0))
+            chosen = max(self.allowed(rows, plain_rows, slack), key=lambda c: predicted.get(c, 0.0))
         if chosen == 0:
             self._last_plain = self._steps
         return chosen
 
-    def allowed(self, rows: int, plain_rows: int = 0) -> tuple[int, ...]:
+    def allowed(self, rows: int, plain_rows: int = 0, slack: float = 0.0) -> tuple[int, ...]:
         """The caps a step of ``rows`` rows may take while ``plain_rows`` of them decode plainly: those
-        whose measured width costs at most ``1 + plain_slowdown`` plain steps (all while no row is
-        plain, there is no bound, or nothing prices a step yet); cap 0, or the smallest, always."""
+        whose measured width costs at most ``1 + plain_slowdown`` plain steps plus ``slack`` seconds,
+        the least credit among those rows (all while no row is plain, there is no bound, or nothing
+        prices a step yet); cap 0, or the smallest, always."""
         bound = self.cost(rows, 1) if plain_rows and self.plain_slowdown is not None else None
         if bound is None or bound <= 0:  # a fit extrapolated below zero prices nothing
             return self.caps
-        limit = (1 + self.plain_slowdown) * bound
+        limit = (1 + self.plain_slowdown) * bound + slack
         return tuple(c for c in self.caps if c == 0 or (c in self._width and self.cost(rows, self._width[c].value) <= limit)
                      ) or (min(self.caps),)
 
     def afford(self, lengths: Sequence[int], bound: Sequence[bool], cap: int,
-               scored: Callable[[list[int]], float]) -> int:
+               scored: Callable[[list[int]], float], credit: Sequence[float] | None = None) -> int:
         """The largest cap up to ``cap`` that a step's drafts can afford once they are known.
 
         ``choose`` comes before drafting and counts as plain only the rows whose controllers planned
         no draft, but a row's gate may still cut its draft to nothing, and that row then pays for
         the others' drafts as much. ``lengths``: each row's draft as its own controller cut it;
         ``bound``: the rows the cap binds; ``scored``: the tokens a forward over rows that wide
-        scores. While any row would verify nothing, the step's predicted cost may exceed a plain
-        step of the same rows by ``plain_slowdown`` at most; the bound rows' drafts are cut to the
+        scores; ``credit``: each row's (``credits``; none: 0). While any row would verify nothing,
+        the step's predicted cost may exceed a plain step of the same rows by ``plain_slowdown``
+        plus the least credit among those rows at most; the bound rows' drafts are cut to the
         largest cap that keeps to it (0, or the smallest cap, when none does)."""
         if not cap or self.plain_slowdown is None or all(lengths):  # every row verifies: nothing to bound
             return cap
         base = self.cost(len(lengths), 1)
         if base is None or base <= 0:
             return cap
-        limit = (1 + self.plain_slowdown) * base
+        slack = min((c for c, n in zip(credit, lengths) if not n), default=0.0) if credit is not None else 0.0
+        limit = (1 + self.plain_slowdown) * base + slack
         for c in sorted({cap, *(c for c in self.caps if c < cap)}, reverse=True):
             widths = [1 + (min(n, c) if b else n) for n, b in zip(lengths, bound)]
             if min(widths) > 1 or self.cost(len(widths), scored(widths) / len(widths)) <= limit:
                 return c
         return 0 if 0 in self.caps else min(self.caps)
+
+    def credits(self, width: float, emitted: Sequence[int]) -> list[float] | None:
+        """What a step of ``len(emitted)`` rows, ``width`` tokens wide, adds to each row's credit:
+        its ``emitted`` tokens priced as plain steps of these rows, with the margin, less the step's
+        predicted cost (both from the fit, so the machine's swings cancel). None while there is no
+        bound or nothing prices a step."""
+        rows = len(emitted)
+        if self.plain_slowdown is None or not rows:
+            return None
+        base, spent = self.cost(rows, 1), self.cost(rows, width)
+        if base is None or spent is None or base <= 0:
+            return None
+        return [(1 + self.plain_slowdown) * base * n - spent for n in emitted]
 
     def predicted_goodput(self, rows: int) -> dict[int, float]:
         """Tokens per second the batch would make at ``rows`` rows under each measured cap."""

@@ -87,7 +87,7 @@ class BatchingReplica(Replica):
 
     def run(self):
         env, drafts = self.env, self.drafts
-        running = []  # [request, session, context_len]
+        running = []  # [request, session, context_len, credit (as the engine's rows: BatchDraftCap.credits)]
         while True:
             if not running and not self.queue and self.joining is None:
                 yield from self.wait_for_work()
@@ -101,19 +101,20 @@ class BatchingReplica(Replica):
                     if request.generated >= request.output_tokens:
                         self.finish(request)
                     else:
-                        running.append([request, self.open_session(request), request.prompt_tokens + 1])
+                        running.append([request, self.open_session(request), request.prompt_tokens + 1, 0.0])
             if not running:
                 continue
             steps = []
             looked_up: dict[str, list[int]] = {}
             # the cap binds the sequences learning controllers serve (a fixed config stands)
-            bound = [not session.policy.stateless for _, session, _ in running]
-            plans = [session.plan(request.generated, self.tokens(request)) for request, session, _ in running]  # 2
+            bound = [not session.policy.stateless for _, session, *_ in running]
+            plans = [session.plan(request.generated, self.tokens(request)) for request, session, *_ in running]  # 2
             plain_rows = sum(plan.k == 0 for plan in plans)  # as the engine: rows the others' drafts would only slow
-            cap = (self.draft_cap.choose(len(running), plain_rows) if self.draft_cap is not None and any(bound)
+            slack = min((seq[3] for seq, plan in zip(running, plans) if plan.k == 0), default=0.0)
+            cap = (self.draft_cap.choose(len(running), plain_rows, slack) if self.draft_cap is not None and any(bound)
                    else None)
             overruled = []  # as the engine: sequences the batch decodes plainly against their plans
-            for (request, session, _), capped, plan in zip(running, bound, plans):
+            for (request, session, *_), capped, plan in zip(running, bound, plans):
                 tokens = self.tokens(request)
                 k = min(plan.k, cap) if cap is not None and capped else plan.k
                 if k == plan.k:
@@ -127,13 +128,14 @@ class BatchingReplica(Replica):
                 steps.append((plan, draft))
                 overruled.append(k == 0 < plan.k)
             if cap:  # as the engine: rows the gates left with nothing to verify bound the others' drafts
-                afforded = self.draft_cap.afford([d.proposed for _, d in steps], bound, cap, self.scored)
+                afforded = self.draft_cap.afford([d.proposed for _, d in steps], bound, cap, self.scored,
+                                                 [seq[3] for seq in running])
                 if afforded < cap:
                     overruled = [was or (capped and afforded == 0 and draft.proposed > 0)
                                  for was, capped, (_, draft) in zip(overruled, bound, steps)]
                     steps = [(plan, _trimmed(draft, afforded) if capped else draft)
                              for (plan, draft), capped in zip(steps, bound)]
-            for (_, session, _), (plan, _), plainly in zip(running, steps, overruled):
+            for (_, session, *_), (plan, _), plainly in zip(running, steps, overruled):
                 if plainly:
                     session.overrule(plan)
             seconds = self.iteration_s(running, steps, looked_up)
@@ -144,6 +146,10 @@ class BatchingReplica(Replica):
                 widths = [draft.proposed + 1 for _, draft in steps]
                 self.draft_cap.observe(len(running), self.scored(widths) / len(widths), seconds, cap,
                                        len(gained), sum(gained))
+                emitted = [min(draft.accepted + 1, seq[0].output_tokens - seq[0].generated)
+                           for seq, (_, draft) in zip(running, steps)]
+                for seq, credit in zip(running, self.draft_cap.credits(self.scored(widths) / len(widths), emitted) or ()):
+                    seq[3] += credit
             running = self.finish_iteration(running, steps)  # 6
 
     def scored(self, widths: list[int]) -> int:
@@ -184,7 +190,7 @@ class BatchingReplica(Replica):
         """Every sequence learns from the iteration; returns those still running."""
         still_running, batch = [], len(running)
         for seq, (plan, draft) in zip(running, steps):
-            request, session, context = seq
+            request, session, context, _ = seq
             emitted = min(draft.accepted + 1, request.output_tokens - request.generated)
             outcome = session.finish(plan, draft.proposed, draft.accepted, emitted, self.last_draft_s,
                                      self.last_verify_s, context, first_token_right=draft.first_token_right,

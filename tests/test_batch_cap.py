@@ -131,6 +131,33 @@ def test_drafts_a_gate_left_a_row_without_are_cut_to_what_that_row_can_afford():
     assert no_plain.afford([8, 0, 0, 0], [True] * 4, 8, packed) == 2  # the smallest cap it has
 
 
+def test_a_row_ahead_of_plain_decoding_pays_for_its_neighbours_drafts_out_of_its_credit():
+    def cost(rows: int, width: float) -> float:  # as above: k=2 -> 1.08, k=4 -> 1.15, k=8 -> 1.30 at 4 rows
+        return 0.05 + 0.01 * rows + 0.004 * rows * width
+
+    cap = BatchDraftCap(plain_slowdown=0.05)
+    cap.warm([(rows, width, cost(rows, width)) for rows in (2, 4, 8) for width in (1, 2, 3, 5, 9, 17)])
+    base = cap.cost(4, 1)
+    # a step of 4 rows whose first drafted 8 (9 tokens) and accepted all: its tokens as plain steps,
+    # with the margin, less what the step cost, each row alike for its own tokens
+    gained = cap.credits((9 + 3) / 4, [9, 1, 1, 1])
+    spent = cap.cost(4, 3)
+    assert gained == pytest.approx([1.05 * base * 9 - spent] + [1.05 * base - spent] * 3, rel=1e-6)
+    assert gained[0] > 0 > gained[1]  # the copying row gained; the others paid for its draft
+    assert cap.credits(1.0, [1, 1, 1, 1]) == pytest.approx([0.05 * base] * 4, rel=1e-6)  # plain: the margin
+    # a copying row whose gate cut its draft this step, with credit from its earlier drafts, lets the
+    # others' drafts stand up to what its credit covers; a row with none keeps the bound as before
+    assert cap.afford([8, 0, 8, 8], [True] * 4, 8, sum, credit=[0.0, 1.0, 0.0, 0.0]) == 8
+    assert cap.afford([8, 0, 8, 8], [True] * 4, 8, sum, credit=[1.0, 0.0, 1.0, 1.0]) == 0  # the poor row binds
+    extra = cap.cost(4, (5 + 3) / 4) - 1.05 * base  # what cap 4 on one row costs beyond the margin
+    assert cap.afford([8, 0, 0, 0], [True] * 4, 8, sum, credit=[0.0, extra * 1.01, extra * 1.01, extra * 1.01]) == 4
+    assert cap.afford([8, 0, 0, 0], [True] * 4, 8, sum, credit=[0.0, extra * 1.01, extra * 0.9, 5.0]) == 2
+    # before drafting: the least credit among the rows planning no draft widens the allowed caps alike
+    assert cap.allowed(4, 1, slack=0.0) == cap.allowed(4, 1)
+    assert cap.credits(1.0, [1, 1]) is not None and BatchDraftCap(plain_slowdown=None).credits(1.0, [1]) is None
+    assert BatchDraftCap(plain_slowdown=0.05).credits(1.0, [1]) is None  # nothing prices a step yet
+
+
 def test_a_fit_that_prices_a_plain_step_at_or_below_zero_bounds_nothing():
     cap = BatchDraftCap(plain_slowdown=0.05)
     cap.warm([(rows, 1, 0.05 * rows - 0.3) for rows in (6, 7, 8)] + [(rows, 9, 0.06 * rows) for rows in (6, 7, 8)])

@@ -300,7 +300,7 @@ def test_a_row_left_with_nothing_to_verify_bounds_what_the_others_drafts_cost_it
     from policies.batch_cap import BatchDraftCap
 
     class Eight(BatchDraftCap):  # chooses before any draft, as if no row would decode plainly
-        def choose(self, rows, plain_rows=0):
+        def choose(self, rows, plain_rows=0, slack=0.0):
             return None if rows <= 1 else 8
 
     decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0)), [EchoDrafter()])

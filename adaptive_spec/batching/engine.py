@@ -66,6 +66,7 @@ class _Row:
     generated: list[int] = field(default_factory=list)
     stats: GenerationStats = field(default_factory=GenerationStats)
     steps: list[StepOutcome] = field(default_factory=list)
+    credit: float = 0.0  # seconds ahead of plain decoding plus the margin, as the batch's cap prices steps
     stop_reason: str | None = None
     started_s: float = 0.0
     drafter_failures: int = 0  # steps whose draft failed and decoded plainly instead
@@ -308,7 +309,8 @@ class BatchedDecoder:
         bound = [_controller(row.policy) is not None and not _overridden(row.policy) for row in self.active]
         plans = [row.session.plan(len(row.generated), row.context) for row in self.active]
         plain_rows = sum(plan.k == 0 for plan in plans)  # rows the others' drafts would only slow
-        cap = self.draft_cap.choose(rows, plain_rows) if self.draft_cap is not None and any(bound) else None
+        slack = min((row.credit for row, plan in zip(self.active, plans) if plan.k == 0), default=0.0)
+        cap = self.draft_cap.choose(rows, plain_rows, slack) if self.draft_cap is not None and any(bound) else None
         proposals, overruled = [], []  # overruled: rows the batch decodes plainly against their plans
         for row, capped, plan in zip(self.active, bound, plans):
             drafter = row.drafters.get(plan.drafter)
@@ -322,7 +324,8 @@ class BatchedDecoder:
             overruled.append(k == 0 < plan.k)
         if cap:  # the gates have cut: rows left with nothing to verify bound what the others' drafts cost
             # (the step is still the cap's as chosen: what choosing it leads to is what it learns)
-            afforded = self.draft_cap.afford([len(d) for _, d in proposals], bound, cap, self.slots.scored)
+            afforded = self.draft_cap.afford([len(d) for _, d in proposals], bound, cap, self.slots.scored,
+                                             [row.credit for row in self.active])
             if afforded < cap:
                 overruled = [was or (capped and afforded == 0 and bool(d))
                              for was, capped, (_, d) in zip(overruled, bound, proposals)]
@@ -335,7 +338,7 @@ class BatchedDecoder:
         logits = self.slots.extend(inputs)
         done: list[int] = []
         capped_rows = capped_tokens = 0
-        verdicts = []
+        verdicts, emitted = [], []
         for index, row in enumerate(self.active):
             proposal, drafts = proposals[index]
             verdict = decoder._verify(drafts, proposal, logits[index], row.config, row.generator)
@@ -347,6 +350,7 @@ class BatchedDecoder:
             step_tokens = [*drafts[: verdict.num_accepted], verdict.next_token]
             row.context.extend(step_tokens)
             new, row.stop_reason = decoder._finish(step_tokens, row.generated, row.config)
+            emitted.append(len(new))
             # the step's time is the whole batch's: what this row waited for its tokens
             outcome = row.session.finish(
                 plan, len(drafts), verdict.num_accepted, len(new), t1 - t0, t2 - t1, len(row.context) - len(step_tokens),
@@ -366,6 +370,8 @@ class BatchedDecoder:
         if self.draft_cap is not None:  # every step teaches the cost; a capped one, the cap's gain
             # priced by the tokens the forward scored: a packed step's width is its rows' mean
             self.draft_cap.observe(rows, self.slots.last_tokens / rows, t2 - t0, cap, capped_rows, capped_tokens)
+            for row, gained in zip(self.active, self.draft_cap.credits(self.slots.last_tokens / rows, emitted) or ()):
+                row.credit += gained
         if done:
             self.slots.remove(done)
             for index in done:
