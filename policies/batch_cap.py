@@ -35,7 +35,9 @@ the margin, less the predicted seconds its steps cost. A row ahead of that (its 
 accepted) may pay for its neighbours' drafts out of its credit on a step where it verifies
 nothing; a row that has only decoded plainly has nothing but the margin. Without it, a copying
 row whose draft its gate cut for one step stopped every other row's drafts on that step.
-The step still counts as the chosen cap's: its gain and width are what choosing that cap led to.
+The step counts as the cap it ran under, ``afford``'s cut: a cap's gain is what it brings where
+it applies. Counted as the chosen cap's, a cap first tried while credits were still empty (a
+batch's first steps) kept the gain of a plain step and was not chosen again.
 A row whose draft the batch refuses altogether decodes plainly, and its controller learns a plain
 step (``DecodeSession.overrule``), not a miss of its drafter.
 """

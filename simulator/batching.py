@@ -127,8 +127,9 @@ class BatchingReplica(Replica):
                     looked_up.setdefault(plan.drafter, []).append(draft.looked_up)
                 steps.append((plan, draft))
                 overruled.append(k == 0 < plan.k)
+            applied = cap  # as the engine: the cap the iteration runs under learns its gain
             if cap:  # as the engine: rows the gates left with nothing to verify bound the others' drafts
-                afforded = self.draft_cap.afford([d.proposed for _, d in steps], bound, cap, self.scored,
+                applied = afforded = self.draft_cap.afford([d.proposed for _, d in steps], bound, cap, self.scored,
                                                  [seq[3] for seq in running])
                 if afforded < cap:
                     overruled = [was or (capped and afforded == 0 and draft.proposed > 0)
@@ -144,7 +145,7 @@ class BatchingReplica(Replica):
                 gained = [draft.accepted + 1 for (_, draft), capped in zip(steps, bound) if capped]
                 # priced by the tokens scored, as the engine does (a packed forward: its rows' mean width)
                 widths = [draft.proposed + 1 for _, draft in steps]
-                self.draft_cap.observe(len(running), self.scored(widths) / len(widths), seconds, cap,
+                self.draft_cap.observe(len(running), self.scored(widths) / len(widths), seconds, applied,
                                        len(gained), sum(gained))
                 emitted = [min(draft.accepted + 1, seq[0].output_tokens - seq[0].generated)
                            for seq, (_, draft) in zip(running, steps)]

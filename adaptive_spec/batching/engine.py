@@ -322,10 +322,10 @@ class BatchedDecoder:
             kept = row.session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
             proposals.append((proposal, proposal.tokens[:kept]))
             overruled.append(k == 0 < plan.k)
+        applied = cap  # the cap the step runs under: what it learns a gain for
         if cap:  # the gates have cut: rows left with nothing to verify bound what the others' drafts cost
-            # (the step is still the cap's as chosen: what choosing it leads to is what it learns)
-            afforded = self.draft_cap.afford([len(d) for _, d in proposals], bound, cap, self.slots.scored,
-                                             [row.credit for row in self.active])
+            applied = afforded = self.draft_cap.afford([len(d) for _, d in proposals], bound, cap, self.slots.scored,
+                                                       [row.credit for row in self.active])
             if afforded < cap:
                 overruled = [was or (capped and afforded == 0 and bool(d))
                              for was, capped, (_, d) in zip(overruled, bound, proposals)]
@@ -369,7 +369,7 @@ class BatchedDecoder:
                 done.append(index)
         if self.draft_cap is not None:  # every step teaches the cost; a capped one, the cap's gain
             # priced by the tokens the forward scored: a packed step's width is its rows' mean
-            self.draft_cap.observe(rows, self.slots.last_tokens / rows, t2 - t0, cap, capped_rows, capped_tokens)
+            self.draft_cap.observe(rows, self.slots.last_tokens / rows, t2 - t0, applied, capped_rows, capped_tokens)
             for row, gained in zip(self.active, self.draft_cap.credits(self.slots.last_tokens / rows, emitted) or ()):
                 row.credit += gained
         if done:

@@ -31,9 +31,10 @@ def serve(
     profile: Optional[Path] = typer.Option(None, help="With --max-batch above 1: a profile from `adaptive-spec calibrate "
                                            "--batch-sizes ...` whose timed steps start the batch's cost model."),
     plain_slowdown: str = typer.Option(str(BatchDraftCap.plain_slowdown), "--plain-slowdown", help="With --max-batch "
-                                       "above 1: the most a step may be predicted to cost over a plain one while a "
-                                       "request in the batch decodes plainly (others' drafts slow it); 'off': the "
-                                       "batch's goodput alone decides, faster copying requests, slower open-ended ones."),
+                                       "above 1: the most others' drafts may slow a request that verifies nothing, as "
+                                       "a fraction of plain decoding over the request's life (what its own accepted "
+                                       "drafts saved it may spend on them); 'off': the batch's goodput alone decides, "
+                                       "faster copying requests, slower open-ended ones."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
     suffix_max_tokens: int = typer.Option(100_000, help="With the suffix drafter: tokens of past outputs kept per "
                                           "traffic key (oldest dropped first)."),
