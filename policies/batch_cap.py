@@ -33,7 +33,8 @@ The bound is kept over a request's life, not step by step: each row carries a cr
 the predicted seconds its tokens so far would have cost as plain steps of the same batches, with
 the margin, less the predicted seconds its steps cost. A row ahead of that (its own drafts were
 accepted) may pay for its neighbours' drafts out of its credit on a step where it verifies
-nothing; a row that has only decoded plainly has nothing but the margin. Without it, a copying
+nothing, until the credit is spent; a row with none (it only decoded plainly, or its own drafts
+failed) keeps the per-step bound: credit widens the bound, never narrows it. Without it, a copying
 row whose draft its gate cut for one step stopped every other row's drafts on that step.
 The step counts as the cap it ran under, ``afford``'s cut: a cap's gain is what it brings where
 it applies. Counted as the chosen cap's, a cap first tried while credits were still empty (a
@@ -95,6 +96,9 @@ class BatchDraftCap:
         check_int("min_trials", self.min_trials, 0)
         check_int("plain_every", self.plain_every, 1)
         self._steps = self._last_plain = 0  # batched steps chosen for, and the last one that was plain
+        # times each cap was chosen: its first tries are counted here, not by the steps it ran (a cap a
+        # plain row never affords would otherwise be tried forever)
+        self._trials: dict[int, int] = {}
         if not 0 <= self.explore <= 1:
             raise ValueError(f"explore must be in [0, 1], got explore={self.explore!r}")
         if self.plain_slowdown is not None and not 0 <= self.plain_slowdown < float("inf"):
@@ -109,7 +113,7 @@ class BatchDraftCap:
         if rows <= 1:
             return None
         self._steps += 1
-        untried = [c for c in self.caps if self._tokens.get(c, _Mean()).count < self.min_trials]
+        untried = [c for c in self.caps if self._trials.get(c, 0) < self.min_trials]
         if untried:
             chosen = untried[0]
         elif 0 in self.caps and self._steps - self._last_plain >= self.plain_every:
@@ -121,17 +125,18 @@ class BatchDraftCap:
             chosen = max(self.allowed(rows, plain_rows, slack), key=lambda c: predicted.get(c, 0.0))
         if chosen == 0:
             self._last_plain = self._steps
+        self._trials[chosen] = self._trials.get(chosen, 0) + 1
         return chosen
 
     def allowed(self, rows: int, plain_rows: int = 0, slack: float = 0.0) -> tuple[int, ...]:
         """The caps a step of ``rows`` rows may take while ``plain_rows`` of them decode plainly: those
-        whose measured width costs at most ``1 + plain_slowdown`` plain steps plus ``slack`` seconds,
-        the least credit among those rows (all while no row is plain, there is no bound, or nothing
+        whose measured width costs at most ``1 + plain_slowdown`` plain steps plus ``slack`` seconds
+        (at least 0), the least credit among those rows (all while no row is plain, there is no bound, or nothing
         prices a step yet); cap 0, or the smallest, always."""
         bound = self.cost(rows, 1) if plain_rows and self.plain_slowdown is not None else None
         if bound is None or bound <= 0:  # a fit extrapolated below zero prices nothing
             return self.caps
-        limit = (1 + self.plain_slowdown) * bound + slack
+        limit = (1 + self.plain_slowdown) * bound + max(0.0, slack)
         return tuple(c for c in self.caps if c == 0 or (c in self._width and self.cost(rows, self._width[c].value) <= limit)
                      ) or (min(self.caps),)
 
@@ -145,7 +150,7 @@ class BatchDraftCap:
         ``bound``: the rows the cap binds; ``scored``: the tokens a forward over rows that wide
         scores; ``credit``: each row's (``credits``; none: 0). While any row would verify nothing,
         the step's predicted cost may exceed a plain step of the same rows by ``plain_slowdown``
-        plus the least credit among those rows at most; the bound rows' drafts are cut to the
+        plus the least credit among those rows (at least 0) at most; the bound rows' drafts are cut to the
         largest cap that keeps to it (0, or the smallest cap, when none does)."""
         if not cap or self.plain_slowdown is None or all(lengths):  # every row verifies: nothing to bound
             return cap
@@ -153,6 +158,7 @@ class BatchDraftCap:
         if base is None or base <= 0:
             return cap
         slack = min((c for c, n in zip(credit, lengths) if not n), default=0.0) if credit is not None else 0.0
+        slack = max(0.0, slack)  # a row behind (its own drafts failed) keeps the per-step bound, no stricter
         limit = (1 + self.plain_slowdown) * base + slack
         for c in sorted({cap, *(c for c in self.caps if c < cap)}, reverse=True):
             widths = [1 + (min(n, c) if b else n) for n, b in zip(lengths, bound)]

@@ -145,12 +145,12 @@ class BatchingReplica(Replica):
                 gained = [draft.accepted + 1 for (_, draft), capped in zip(steps, bound) if capped]
                 # priced by the tokens scored, as the engine does (a packed forward: its rows' mean width)
                 widths = [draft.proposed + 1 for _, draft in steps]
-                self.draft_cap.observe(len(running), self.scored(widths) / len(widths), seconds, applied,
-                                       len(gained), sum(gained))
                 emitted = [min(draft.accepted + 1, seq[0].output_tokens - seq[0].generated)
                            for seq, (_, draft) in zip(running, steps)]
                 for seq, credit in zip(running, self.draft_cap.credits(self.scored(widths) / len(widths), emitted) or ()):
-                    seq[3] += credit
+                    seq[3] += credit  # as the engine: priced before the step joins the fit
+                self.draft_cap.observe(len(running), self.scored(widths) / len(widths), seconds, applied,
+                                       len(gained), sum(gained))
             running = self.finish_iteration(running, steps)  # 6
 
     def scored(self, widths: list[int]) -> int:

@@ -152,8 +152,14 @@ def test_a_row_ahead_of_plain_decoding_pays_for_its_neighbours_drafts_out_of_its
     extra = cap.cost(4, (5 + 3) / 4) - 1.05 * base  # what cap 4 on one row costs beyond the margin
     assert cap.afford([8, 0, 0, 0], [True] * 4, 8, sum, credit=[0.0, extra * 1.01, extra * 1.01, extra * 1.01]) == 4
     assert cap.afford([8, 0, 0, 0], [True] * 4, 8, sum, credit=[0.0, extra * 1.01, extra * 0.9, 5.0]) == 2
-    # before drafting: the least credit among the rows planning no draft widens the allowed caps alike
-    assert cap.allowed(4, 1, slack=0.0) == cap.allowed(4, 1)
+    # before drafting: the least credit among the rows planning no draft widens the allowed caps alike,
+    # and a row behind plain decoding (negative credit) keeps the per-step bound, no stricter
+    assert cap.afford([8, 0, 0, 0], [True] * 4, 8, sum, credit=[0.0, -1.0, 0.0, 0.0]) == cap.afford([8, 0, 0, 0], [True] * 4, 8, sum)
+    for c in (0, 2, 4, 8, 16):  # widths for allowed(): each cap as a step of one row drafting it
+        cap.observe(4, (c + 4) / 4, cap.cost(4, (c + 4) / 4), c, 4, 4)
+    assert cap.allowed(4, 1, slack=-1.0) == cap.allowed(4, 1) == (0,)  # cap 2 costs 1.075 plain steps
+    assert cap.allowed(4, 1, slack=2 * extra) == (0, 2, 4)
+    assert cap.allowed(4, 1, slack=10.0) == cap.caps
     assert cap.credits(1.0, [1, 1]) is not None and BatchDraftCap(plain_slowdown=None).credits(1.0, [1]) is None
     assert BatchDraftCap(plain_slowdown=0.05).credits(1.0, [1]) is None  # nothing prices a step yet
 
@@ -170,3 +176,30 @@ def test_a_fit_that_prices_a_plain_step_at_or_below_zero_bounds_nothing():
 def test_bad_settings_are_refused_by_name(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         BatchDraftCap(**kwargs)
+
+
+def test_a_cap_the_bound_never_affords_still_ends_its_first_tries():
+    """Tries are counted when a cap is chosen, gains when it runs: a cap that a row decoding plainly
+    can never afford must not be chosen forever as untried (the goodput choice would never start)."""
+    def cost(rows: int, width: float) -> float:
+        return 0.05 + 0.01 * rows + 0.004 * rows * width
+
+    cap = BatchDraftCap(plain_slowdown=0.05, explore=0.0, plain_every=10_000)
+    cap.warm([(rows, width, cost(rows, width)) for rows in (2, 4, 8) for width in (1, 2, 3, 5, 9, 17)])
+    credit, chosen, applied_steps = [0.0] * 4, [], {}
+    for _ in range(200):  # row 0 never drafts; rows 1-3 draft 16 and have every draft accepted
+        c = cap.choose(4, plain_rows=1, slack=credit[0])
+        lengths = [0] + [min(16, c)] * 3
+        applied = cap.afford(lengths, [True] * 4, c, sum, credit) if c else c
+        lengths = [0] + [min(n, applied) for n in lengths[1:]]
+        width = sum(1 + n for n in lengths) / 4
+        credit = [x + g for x, g in zip(credit, cap.credits(width, [1 + n for n in lengths]))]
+        cap.observe(4, width, cost(4, width), applied, 4, sum(1 + n for n in lengths))
+        chosen.append(c)
+        applied_steps[applied] = applied_steps.get(applied, 0) + 1
+    assert chosen[: 3 * len(cap.caps)] == [c for c in cap.caps for _ in range(3)]  # each cap tried 3 times, in turn
+    assert len(set(chosen[3 * len(cap.caps):])) < len(cap.caps)  # then the goodput choice, among the allowed
+    # gains went to the caps that ran: cap 16 never ran, so nothing is recorded under it
+    assert 16 not in cap.measured() and sum(m["steps"] for m in cap.measured().values()) == 200
+    assert set(cap.measured()) == {c for c, n in applied_steps.items() if n}
+    assert min(credit) >= -1e-9  # the plain row never fell behind plain decoding plus the margin

@@ -369,9 +369,10 @@ class BatchedDecoder:
                 done.append(index)
         if self.draft_cap is not None:  # every step teaches the cost; a capped one, the cap's gain
             # priced by the tokens the forward scored: a packed step's width is its rows' mean
-            self.draft_cap.observe(rows, self.slots.last_tokens / rows, t2 - t0, applied, capped_rows, capped_tokens)
+            # credits first: priced by the fit that decided the step's cut, before the step joins it
             for row, gained in zip(self.active, self.draft_cap.credits(self.slots.last_tokens / rows, emitted) or ()):
                 row.credit += gained
+            self.draft_cap.observe(rows, self.slots.last_tokens / rows, t2 - t0, applied, capped_rows, capped_tokens)
         if done:
             self.slots.remove(done)
             for index in done:

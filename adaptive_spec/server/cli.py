@@ -32,8 +32,8 @@ def serve(
                                            "--batch-sizes ...` whose timed steps start the batch's cost model."),
     plain_slowdown: str = typer.Option(str(BatchDraftCap.plain_slowdown), "--plain-slowdown", help="With --max-batch "
                                        "above 1: the most others' drafts may slow a request that verifies nothing, as "
-                                       "a fraction of plain decoding over the request's life (what its own accepted "
-                                       "drafts saved it may spend on them); 'off': the batch's goodput alone decides, "
+                                       "a fraction of plain decoding, per step, widened by what the request's own accepted "
+                                       "drafts saved it; 'off': the batch's goodput alone decides, "
                                        "faster copying requests, slower open-ended ones."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
     suffix_max_tokens: int = typer.Option(100_000, help="With the suffix drafter: tokens of past outputs kept per "
