@@ -14,7 +14,8 @@ one, which ``SlotCache`` takes when rows' widths differ enough, charges each row
 ``BatchDraftCap`` caps the drafts of the rows that learning controllers serve at the length that
 maximises the batch's tokens per second, predicted from the measured cost of the batch's shape
 and each cap's measured gain (``policies.batch_cap``), and cuts them further once the rows' own
-controllers have cut theirs if a row is left with nothing to verify (``BatchDraftCap.afford``).
+controllers have cut theirs if a row is left with nothing to verify and its credit (what its own
+accepted drafts saved it) does not cover what the others' drafts cost it (``BatchDraftCap.afford``).
 Concurrent requests of one traffic key get controllers of their own (``_pooled``).
 
 What it does not do yet: drafters with a model of their own (their caches are per request; only
