@@ -131,8 +131,8 @@ class BatchDraftCap:
     def allowed(self, rows: int, plain_rows: int = 0, slack: float = 0.0) -> tuple[int, ...]:
         """The caps a step of ``rows`` rows may take while ``plain_rows`` of them decode plainly: those
         whose measured width costs at most ``1 + plain_slowdown`` plain steps plus ``slack`` seconds
-        (at least 0), the least credit among those rows (all while no row is plain, there is no bound, or nothing
-        prices a step yet); cap 0, or the smallest, always."""
+        (at least 0), the least credit among those rows (all while no row is plain, there is no
+        bound, or nothing prices a step yet); cap 0, or the smallest, always."""
         bound = self.cost(rows, 1) if plain_rows and self.plain_slowdown is not None else None
         if bound is None or bound <= 0:  # a fit extrapolated below zero prices nothing
             return self.caps
@@ -150,8 +150,8 @@ class BatchDraftCap:
         ``bound``: the rows the cap binds; ``scored``: the tokens a forward over rows that wide
         scores; ``credit``: each row's (``credits``; none: 0). While any row would verify nothing,
         the step's predicted cost may exceed a plain step of the same rows by ``plain_slowdown``
-        plus the least credit among those rows (at least 0) at most; the bound rows' drafts are cut to the
-        largest cap that keeps to it (0, or the smallest cap, when none does)."""
+        plus the least credit among those rows (at least 0) at most; the bound rows' drafts are cut
+        to the largest cap that keeps to it (0, or the smallest cap, when none does)."""
         if not cap or self.plain_slowdown is None or all(lengths):  # every row verifies: nothing to bound
             return cap
         base = self.cost(len(lengths), 1)
@@ -174,8 +174,11 @@ class BatchDraftCap:
         rows = len(emitted)
         if self.plain_slowdown is None or not rows:
             return None
-        base, spent = self.cost(rows, 1), self.cost(rows, width)
-        if base is None or spent is None or base <= 0:
+        coef = _solve(self._xtx, self._xty)  # once: this runs on every batched step
+        if coef is None:
+            return None
+        base, spent = _price(coef, rows, 1), _price(coef, rows, width)
+        if base <= 0:
             return None
         return [(1 + self.plain_slowdown) * base * n - spent for n in emitted]
 
@@ -194,9 +197,7 @@ class BatchDraftCap:
     def cost(self, rows: int, width: float) -> float | None:
         """Predicted seconds of a step of ``rows`` rows ``width`` tokens wide; None before the fit."""
         coef = _solve(self._xtx, self._xty)
-        if coef is None:
-            return None
-        return sum(c * x for c, x in zip(coef, _features(rows, width)))
+        return None if coef is None else _price(coef, rows, width)
 
     # -- learning ------------------------------------------------------------------------------------
 
@@ -232,6 +233,10 @@ class BatchDraftCap:
         """Per tried cap: tokens per capped row-step and the batch width it led to."""
         return {cap: {"tokens_per_row_step": m.value, "width": self._width[cap].value, "steps": m.count}
                 for cap, m in sorted(self._tokens.items()) if m.count}
+
+
+def _price(coef: list[float], rows: int, width: float) -> float:
+    return sum(c * x for c, x in zip(coef, _features(rows, width)))
 
 
 def _features(rows: int, width: float) -> tuple[float, ...]:

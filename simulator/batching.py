@@ -130,7 +130,7 @@ class BatchingReplica(Replica):
             applied = cap  # as the engine: the cap the iteration runs under learns its gain
             if cap:  # as the engine: rows the gates left with nothing to verify bound the others' drafts
                 applied = afforded = self.draft_cap.afford([d.proposed for _, d in steps], bound, cap, self.scored,
-                                                 [seq[3] for seq in running])
+                                                           [seq[3] for seq in running])
                 if afforded < cap:
                     overruled = [was or (capped and afforded == 0 and draft.proposed > 0)
                                  for was, capped, (_, draft) in zip(overruled, bound, steps)]
