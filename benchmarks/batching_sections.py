@@ -220,3 +220,36 @@ def _median_of(runs: list[dict], value, fmt: str) -> str:
     values = sorted(value(r) for r in runs)
     mid = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
     return f"{fmt.format(mid)} [{fmt.format(values[0])}, {fmt.format(values[-1])}]"
+
+
+def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
+    """``adaptive`` under several ``--plain-slowdown`` bounds beside the fixed configs at one concurrency."""
+    name = "serve_tradeoff.json"
+    if not (Path(results_dir) / name).exists():
+        return ""
+    data = load(results_dir, name)
+    rows = []
+    for config in data["configs"]:
+        mine = [r for r in data["runs"] if r["config"] == config]
+        rows.append([f"`{config}`", _median_of(mine, lambda r: r["output_tokens_per_s"], "{:.1f}"),
+                     _median_of(mine, lambda r: r["e2el_s"]["p95"], "{:.2f}"),
+                     _median_of(mine, lambda r: r["speculative_step_share"], "{:.0%}")])
+    bounds = ", ".join("off" if b is None else f"{b:g}" for b in data["bounds"])
+    what = (f"The batched server at {data['concurrency']} concurrent requests, the request set of the section above "
+            f"({data['requests']} requests, {data['max_tokens']} new tokens, greedy), with `adaptive` under each "
+            f"`--plain-slowdown` bound ({bounds}; `adaptive@B`): one server per bound, the fixed configs on the "
+            f"first. {data['rounds']} rounds, every config once a round in an order rotated from round to round. "
+            "Per config the median of the rounds, the lowest and highest in brackets; then each bound against each "
+            "fixed config round by round, as above (above 1: `adaptive` better).")
+    comparisons = table(["adaptive", "against", "tok/s ratio", "", "p95 ratio", ""],
+                        [[f"`{c['reference']}`", f"`{c['config']}`", _spread(c["throughput"]),
+                          c["throughput"]["verdict"], _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]]
+                         for c in data["comparisons"]])
+    command = (f".venv/bin/python -m benchmarks.serve_tradeoff --concurrency {data['concurrency']} --bounds "
+               f"{','.join('off' if b is None else f'{b:g}' for b in data['bounds'])} --rounds {data['rounds']} "
+               f"--requests {data['requests']} --max-tokens {data['max_tokens']} --prefill-chunk {data['prefill_chunk']} "
+               f"--out benchmarks/results/{name} --plot benchmarks/results/serve_tradeoff.png")
+    return "\n\n".join(["## Throughput against tail latency, by the bound on plain requests' slowdown", what,
+                        table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
+                        "![output tok/s against p95 latency, by config and bound](results/serve_tradeoff.png)",
+                        provenance(results_dir, [name], dates, command, machine_line(data))])

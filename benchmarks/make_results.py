@@ -31,7 +31,8 @@ from benchmarks.bench_sections import adaptive_rows, bench_section, best, corpus
 from adaptive_spec.paired import compare
 from benchmarks.suffix_sections import suffix_section
 from benchmarks.batching_sections import (batching_section, packed_forward_section, prefill_chunk_section,
-                                          serve_batching_goodput_section, serve_batching_section)
+                                          serve_batching_goodput_section, serve_batching_section,
+                                          serve_tradeoff_section)
 from benchmarks.serve_shift import phase_plan
 from benchmarks.results_kit import (BENCH_DIR, NOT_REPORTED, PROMPTS, README, README_BEGIN, README_END, RESULTS_DIR,
                                    RESULTS_MD, load, machine_line, provenance, table)
@@ -464,6 +465,7 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         batching_section(results_dir, dates),
         serve_batching_section(results_dir, dates),
         serve_batching_goodput_section(results_dir, dates),
+        serve_tradeoff_section(results_dir, dates),
         prefill_chunk_section(results_dir, dates),
         packed_forward_section(results_dir, dates),
         suffix_section(results_dir, dates),

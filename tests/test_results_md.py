@@ -237,3 +237,18 @@ def test_the_goodput_only_batched_run_renders_medians_of_its_rounds_and_its_comm
         run["output_tokens_per_s"] = value
     path.write_text(json.dumps(data))
     assert "| 4 | `plain` | 40.0 [30.0, 99.0] |" in section()
+
+
+def test_the_tradeoff_run_renders_each_bound_and_its_comparisons_from_its_rounds(results_copy):
+    path = results_copy / "serve_tradeoff.json"
+    data = json.loads(path.read_text())
+    section = lambda: make_results.render(results_copy, results_kit.dates_in(COMMITTED)).split(
+        "## Throughput against tail latency, by the bound on plain requests' slowdown")[1].split("\n## ")[0]
+    assert "`adaptive@0.15`" in section() and "--bounds 0,0.05,0.15,off" in section()
+    runs = [r for r in data["runs"] if r["config"] == "adaptive@0.15"]
+    for run, value in zip(runs, (30.0, 40.0, 99.0, 10.0, 20.0)):
+        run["output_tokens_per_s"] = value
+    data["comparisons"][0]["throughput"].update(median=2.5, low=2.25, high=2.75)
+    path.write_text(json.dumps(data))
+    assert "| `adaptive@0.15` | 30.0 [10.0, 99.0] |" in section()
+    assert "2.50× [2.25, 2.75]" in section()

@@ -1,0 +1,36 @@
+"""benchmarks/serve_tradeoff.py: its arguments, its labels and its plot (the served runs themselves
+are the benchmark's; ``test_results_md`` checks the page rendered from them)."""
+
+import doctest
+
+import pytest
+
+from benchmarks import serve_tradeoff
+
+
+def test_labels_name_each_bound():
+    assert doctest.testmod(serve_tradeoff).failed == 0
+    assert serve_tradeoff.label(0.0) == "adaptive@0"
+
+
+@pytest.mark.parametrize("bounds, said", [("0,-1", "plain_slowdown"), ("fast", "plain_slowdown"),
+                                          ("0.05,0.05", "each once"), (",", "at least one")])
+def test_a_bad_bound_is_refused_before_any_server_starts(tmp_path, capsys, bounds, said):
+    with pytest.raises(SystemExit) as exc:
+        serve_tradeoff.main(["--bounds", bounds, "--out", str(tmp_path / "out.json")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"bounds={bounds!r}" in err and said in err
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_the_plot_puts_each_config_at_its_median_p95_and_throughput(tmp_path):
+    def run(config, round_, tok_s, p95):
+        return {"config": config, "concurrency": 4, "round": round_, "output_tokens_per_s": tok_s,
+                "e2el_s": {"p50": 1.0, "p95": p95}, "speculative_step_share": 0.1}
+
+    runs = [run(c, r, 30 + 5 * i + r, 5 + i / 2) for i, c in enumerate(["plain", "static:ngram:8", "adaptive@0",
+                                                                      "adaptive@off"]) for r in range(3)]
+    path = tmp_path / "tradeoff.png"
+    serve_tradeoff.plot(runs, ["plain", "static:ngram:8", "adaptive@0", "adaptive@off"], path)
+    assert path.stat().st_size > 10_000 and path.read_bytes()[:4] == b"\x89PNG"
