@@ -274,6 +274,7 @@ def demo(
 def calibrate(
     model: str = typer.Option("smollm2"),
     prompts: Path = typer.Option(Path("benchmarks/workloads.jsonl"), "--prompts", help="JSONL prompts; their kind is the request class."),
+    split: Optional[str] = typer.Option(None, "--split", help="Only the prompts of this split (dev | test)."),
     drafters: Optional[str] = typer.Option(None, help="Comma-separated drafters to profile. Default: what the device runs, ngram,int8 on CPU, ngram on CUDA."),
     out: Path = typer.Option(Path("simulator/profiles/smollm2_cpu.json"), "--out", help="Profile JSON to write (simulator/PROFILE.md)."),
     repeats: int = typer.Option(5, help="Timed repeats per sample (the median is kept)."),
@@ -296,6 +297,10 @@ def calibrate(
     check_positive_int("max_new_tokens", max_new_tokens)
     sizes = _batch_sizes(batch_sizes)
     rows = read_prompts(prompts)
+    if split is not None:
+        from adaptive_spec.prompts import select_split
+
+        rows = select_split(rows, split, str(prompts))
     if per_prompt:
         check_per_prompt(rows, prompts)
     check_writable(out, "out")

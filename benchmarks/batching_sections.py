@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.results_kit import load, machine_line, provenance, table
+from policies.batch_cap import BatchDraftCap
 
 
 def batching_section(results_dir: Path, dates: dict | None) -> str:
@@ -38,10 +39,15 @@ def batching_section(results_dir: Path, dates: dict | None) -> str:
                         provenance(results_dir, ["batching.json"], dates, command, machine_line(data))])
 
 
-def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
-    if not (Path(results_dir) / "serve_batching.json").exists():
+def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "serve_batching.json",
+                           heading: str = "Batched serving by concurrency") -> str:
+    if not (Path(results_dir) / name).exists():
         return ""
-    data = load(results_dir, "serve_batching.json")
+    data = load(results_dir, name)
+    image = name.replace(".json", ".png")
+    prompts = Path(data["prompts"])
+    link = prompts.relative_to("benchmarks").as_posix() if prompts.parts[0] == "benchmarks" else f"../{prompts.as_posix()}"
+    bound = "off" if data.get("plain_slowdown", 0) is None else f"{data.get('plain_slowdown', 0):g}"
     rounds = data.get("rounds", 1)
     predicted = data.get("profile") is not None
     at_speed = predicted and all("simulator_error_at_speed" in r for r in data["runs"])
@@ -64,9 +70,12 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
     runs_text = (f"{rounds} rounds: every config at every concurrency once a round, configs rotating within each "
                  "concurrency and from round to round; each run on a traffic key of its own (controllers start fresh)"
                  if rounds > 1 else "One run per config and concurrency, configs rotating within each concurrency")
-    what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve --max-batch {data['max_batch']} --drafters ngram`: "
-            f"{data['requests']} requests per run from [`{Path(data['prompts']).name}`]({Path(data['prompts']).name}) "
-            f"(copy-heavy and open-ended, the same seeded choice every run) on `/v1/chat/completions`, sent as fast "
+    drawn = (f"its `{data['split']}` split, prompts no tuning looked at, of every kind" if data.get("split")
+             else "copy-heavy and open-ended")
+    what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve --max-batch {data['max_batch']} --drafters ngram"
+            + (f" --plain-slowdown {bound}`: " if "plain_slowdown" in data else "`: ")
+            + f"{data['requests']} requests per run from [`{prompts.name}`]({link}) "
+            f"({drawn}, the same seeded choice every run) on `/v1/chat/completions`, sent as fast "
             f"as the concurrency allows, {data['max_tokens']} new tokens, greedy. A config is a per-request "
             "`speculation` override on a traffic key of its own (`static:ngram:8`: ngram, k = 8; `plain`: off; "
             f"`adaptive`: the server's controllers, capped by what the batch affords). {runs_text}. *Drafting*: "
@@ -85,7 +94,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
             what += (" (added after the runs: `adaptive-spec calibrate --prompts "
                      f"{Path(data['prompts']).as_posix()} --per-prompt --max-new-tokens {data['max_tokens']} "
                      f"--streams-only --out {data['profile']}`, then the same command with `--resimulate "
-                     "benchmarks/results/serve_batching.json`)." if data.get("resimulated", _before_live_streams(data))
+                     "benchmarks/results/" + name + "`)." if data.get("resimulated", _before_live_streams(data))
                      else " (`calibrate --per-prompt` records them).")
     if at_speed:
         what += (" *Plain step*: the machine's batch-1 speed around the run, from the server's /metrics over a few "
@@ -100,14 +109,18 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
               "E2EL p95 s", "drafting", *(["simulated p50", "simulated p95"] if predicted else []),
               *(["plain step", "at speed p50", "at speed p95"] if at_speed else []),
               *(["timeline p50", "timeline p95"] if timeline else []), ""]
-    command = (f".venv/bin/python -m benchmarks.serve_batching --concurrency {','.join(map(str, data['concurrency']))} "
+    command = (".venv/bin/python -m benchmarks.serve_batching "
+               + (f"--prompts {prompts.as_posix()} " if prompts.as_posix() != "benchmarks/shift.jsonl" else "")
+               + (f"--split {data['split']} " if data.get("split") else "")
+               + f"--concurrency {','.join(map(str, data['concurrency']))} "
                f"--requests {data['requests']} --max-tokens {data['max_tokens']} "
                + (f"--rounds {rounds} " if rounds > 1 else "")
-               + "--out benchmarks/results/serve_batching.json --plot benchmarks/results/serve_batching.png"
+               + f"--out benchmarks/results/{name} --plot benchmarks/results/{image}"
                + (f" --prefill-chunk {data['prefill_chunk']}" if "prefill_chunk" in data else "")
+               + (f" --plain-slowdown {bound}" if "plain_slowdown" in data and data["plain_slowdown"] != BatchDraftCap.plain_slowdown else "")
                + (f" --profile {data['profile']} --calibrate" if predicted else ""))
-    plot = "![throughput, latency and drafting by concurrency](results/serve_batching.png)"
-    parts = ["## Batched serving by concurrency", what, table(header, rows)]
+    plot = f"![throughput, latency and drafting by concurrency](results/{image})"
+    parts = [f"## {heading}", what, table(header, rows)]
     if data.get("comparisons") and rounds > 1:
         parts += ["`adaptive` against each fixed config, round by round: output tok/s of `adaptive` over the "
                   "config's, and the config's E2EL p95 over `adaptive`'s (above 1: `adaptive` better in both); "
@@ -116,7 +129,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None) -> str:
                   table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
                         [[str(c["concurrency"]), f"`{c['config']}`", _spread(c["throughput"]), c["throughput"]["verdict"],
                           _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])]
-    parts += [plot, provenance(results_dir, ["serve_batching.json"], dates, command, machine_line(data))]
+    parts += [plot, provenance(results_dir, [name], dates, command, machine_line(data))]
     return "\n\n".join(parts)
 
 
@@ -222,11 +235,25 @@ def _median_of(runs: list[dict], value, fmt: str) -> str:
     return f"{fmt.format(mid)} [{fmt.format(values[0])}, {fmt.format(values[-1])}]"
 
 
+TRADEOFF_FILES = ("serve_tradeoff.json", "serve_tradeoff_c8.json")
+
+
 def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
-    """``adaptive`` under several ``--plain-slowdown`` bounds beside the fixed configs at one concurrency."""
-    name = "serve_tradeoff.json"
-    if not (Path(results_dir) / name).exists():
+    """``adaptive`` under several ``--plain-slowdown`` bounds beside the fixed configs, one concurrency a file."""
+    names = [n for n in TRADEOFF_FILES if (Path(results_dir) / n).exists()]
+    if not names:
         return ""
+    what = ("The batched server with `adaptive` under each `--plain-slowdown` bound (`adaptive@B`) beside the fixed "
+            "configs, at one concurrency a run, on the request set of [Batched serving by concurrency]"
+            "(#batched-serving-by-concurrency) (greedy): one server per "
+            "bound, the fixed configs on the first; every config once a round, in an order rotated from round to "
+            "round. Per config the median of the rounds, the lowest and highest in brackets; then each bound "
+            "against each fixed config round by round, as above (above 1: `adaptive` better).")
+    return "\n\n".join(["## Throughput against tail latency, by the bound on plain requests' slowdown", what,
+                        *(_tradeoff_block(results_dir, name, dates) for name in names)])
+
+
+def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
     data = load(results_dir, name)
     rows = []
     for config in data["configs"]:
@@ -234,22 +261,17 @@ def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
         rows.append([f"`{config}`", _median_of(mine, lambda r: r["output_tokens_per_s"], "{:.1f}"),
                      _median_of(mine, lambda r: r["e2el_s"]["p95"], "{:.2f}"),
                      _median_of(mine, lambda r: r["speculative_step_share"], "{:.0%}")])
-    bounds = ", ".join("off" if b is None else f"{b:g}" for b in data["bounds"])
-    what = (f"The batched server at {data['concurrency']} concurrent requests, the request set of the section above "
-            f"({data['requests']} requests, {data['max_tokens']} new tokens, greedy), with `adaptive` under each "
-            f"`--plain-slowdown` bound ({bounds}; `adaptive@B`): one server per bound, the fixed configs on the "
-            f"first. {data['rounds']} rounds, every config once a round in an order rotated from round to round. "
-            "Per config the median of the rounds, the lowest and highest in brackets; then each bound against each "
-            "fixed config round by round, as above (above 1: `adaptive` better).")
     comparisons = table(["adaptive", "against", "tok/s ratio", "", "p95 ratio", ""],
                         [[f"`{c['reference']}`", f"`{c['config']}`", _spread(c["throughput"]),
                           c["throughput"]["verdict"], _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]]
                          for c in data["comparisons"]])
-    command = (f".venv/bin/python -m benchmarks.serve_tradeoff --concurrency {data['concurrency']} --bounds "
-               f"{','.join('off' if b is None else f'{b:g}' for b in data['bounds'])} --rounds {data['rounds']} "
-               f"--requests {data['requests']} --max-tokens {data['max_tokens']} --prefill-chunk {data['prefill_chunk']} "
-               f"--out benchmarks/results/{name} --plot benchmarks/results/serve_tradeoff.png")
-    return "\n\n".join(["## Throughput against tail latency, by the bound on plain requests' slowdown", what,
-                        table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
-                        "![output tok/s against p95 latency, by config and bound](results/serve_tradeoff.png)",
-                        provenance(results_dir, [name], dates, command, machine_line(data))])
+    bounds = ",".join("off" if b is None else f"{b:g}" for b in data["bounds"])
+    image = name.replace(".json", ".png")
+    command = (f".venv/bin/python -m benchmarks.serve_tradeoff --concurrency {data['concurrency']} --bounds {bounds} "
+               f"--rounds {data['rounds']} --requests {data['requests']} --max-tokens {data['max_tokens']} "
+               f"--prefill-chunk {data['prefill_chunk']} --out benchmarks/results/{name} --plot benchmarks/results/{image}")
+    return "\n\n".join([f"### {data['concurrency']} concurrent requests, {data['rounds']} rounds, {data['requests']} "
+                         f"requests of {data['max_tokens']} new tokens a run",
+                         table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
+                         f"![output tok/s against p95 latency at {data['concurrency']} requests](results/{image})",
+                         provenance(results_dir, [name], dates, command, machine_line(data))])

@@ -58,7 +58,8 @@ def loadgen(url: str, args: argparse.Namespace, config: str, concurrency: int, o
                "--rate", "inf", "--max-concurrency", str(concurrency), "--num-requests", str(args.requests),
                "--max-tokens", str(args.max_tokens), "--temperature", "0", "--seed", str(args.seed),
                "--traffic-key", f"serve-batching-{config}-c{concurrency}-r{round_}", "--extra-body", json.dumps({"speculation": speculation}),
-               "--endpoint", "chat", "--out", str(out), "--quiet"]
+               "--endpoint", "chat", "--out", str(out), "--quiet",
+               *(["--split", args.split] if getattr(args, "split", None) else [])]
     subprocess.run(command, check=True, cwd=ROOT)
     return json.loads(out.read_text())
 
@@ -111,7 +112,8 @@ def compare_rounds(runs: list[dict], config: str, concurrency: int, reference: s
     return out
 
 
-def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tokens: int | None = None) -> dict:
+def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tokens: int | None = None,
+            plain_slowdown: float | None = BatchDraftCap.plain_slowdown) -> dict:
     """The batching replica's p50/p95 end-to-end latency for the run's completed requests (each
     request's prompt its class, sent in the run's order by a client that keeps at most the run's
     concurrency in flight, as loadgen did: each goes once the simulated server has finished one,
@@ -120,14 +122,15 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     (``*_at_speed``: the machine's speed drifts between the calibration and the run); where it
     recorded its speed window by window (``speed_timeline``), also at that speed over time
     (``*_timeline``). ``max_tokens``: the budget the requests were sent with (an answer that ends
-    sooner leaves the engine drafting past its end)."""
+    sooner leaves the engine drafting past its end); ``plain_slowdown``: the server's bound (None: off)."""
     budget = {"max_tokens": max_tokens} if max_tokens else {}
     # loadgen ran at rate inf: every request is due at 0, and goes once the client has a free slot
     sent = sorted((r for r in run["trace"] if r["ok"]), key=lambda r: r["sent_s"])
     rows = [{**r, "class": r["id"], "arrival_s": 0.0, **budget} for r in sent]
     if not rows:
         raise ValueError("no request of the run completed: nothing to replay")
-    replica = {"mode": "batching", "max_batch": max_batch, "prefill_chunk": prefill_chunk}
+    replica = {"mode": "batching", "max_batch": max_batch, "prefill_chunk": prefill_chunk,
+               "plain_slowdown": "off" if plain_slowdown is None else plain_slowdown}
     profiles, out = {"": profile}, {}
     if run.get("plain_step"):
         context = sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in rows) / len(rows)
@@ -184,7 +187,9 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"resimulate={str(args.resimulate)!r}: no such file")
     result = json.loads(args.resimulate.read_text(encoding="utf-8"))
     try:
-        runs, settings = result["runs"], (result["max_batch"], result["prefill_chunk"], result["max_tokens"])
+        # a result recorded before the bound existed ran with none
+        runs, settings = result["runs"], (result["max_batch"], result["prefill_chunk"], result["max_tokens"],
+                                          result.get("plain_slowdown"))
         for run in runs:
             for key in [k for k in run if k.startswith(("simulated_e2e_s", "simulator_error", "speed_factor",
                                                         "prediction_error"))]:
@@ -217,12 +222,15 @@ def calibrate(args: argparse.Namespace) -> None:
     print(f"calibrating {args.profile} on {args.prompts} (batch sizes {sizes}) ...", flush=True)
     subprocess.run([sys.executable, "-m", "adaptive_spec.cli", "calibrate", "--prompts", str(args.prompts),
                     "--per-prompt", "--drafters", "ngram", "--batch-sizes", sizes, "--max-new-tokens",
-                    str(args.max_tokens), "--out", str(args.profile)], check=True, cwd=ROOT)
+                    str(args.max_tokens), "--out", str(args.profile), *(["--split", args.split] if args.split else [])],
+                   check=True, cwd=ROOT)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=Path, default=Path("benchmarks/shift.jsonl"))
+    parser.add_argument("--split", default=None, help="only the prompts of this split (e.g. test, of "
+                        "benchmarks/corpus/corpus.jsonl)")
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK, help="the server's --prefill-chunk")
@@ -239,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calibrate", action="store_true", help="write --profile first (calibrate on --prompts)")
     parser.add_argument("--plain-slowdown", default=str(BatchDraftCap.plain_slowdown),
                         help="the server's --plain-slowdown (what others' drafts may cost a request decoding plainly; "
-                             "'off': none); the simulator replays the default only")
+                             "'off': none); the simulator's replica runs the same")
     parser.add_argument("--resimulate", type=Path, help="only redo the simulator's predictions of this result file "
                         "with --profile (e.g. one with recorded token streams), writing --out")
     args = parser.parse_args(argv)
@@ -271,9 +279,6 @@ def main(argv: list[str] | None = None) -> None:
         slowdown = parse_plain_slowdown(args.plain_slowdown)
     except InvalidParameterError as exc:
         parser.error(str(exc))
-    if args.profile is not None and slowdown != BatchDraftCap.plain_slowdown:
-        parser.error(f"plain_slowdown={args.plain_slowdown!r}: the simulator's batch cap runs the default "
-                     f"({BatchDraftCap.plain_slowdown}); predict with it, or leave out --profile")
     if args.profile is not None and not args.calibrate and not args.profile.exists():
         parser.error(f"profile={str(args.profile)!r}: no such file (--calibrate writes it)")
     if args.calibrate:
@@ -283,7 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     for run in runs:
         if args.profile is not None:
             try:  # a run the simulator cannot replay keeps its measurements, and says why
-                run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk, args.max_tokens))
+                run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk, args.max_tokens, slowdown))
             except (ValueError, ZeroDivisionError) as exc:
                 run["prediction_error"] = str(exc)
         error = run.get("simulator_error_timeline", run.get("simulator_error_at_speed", run.get("simulator_error")))
@@ -298,7 +303,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"adaptive / {c['config']} c={c['concurrency']}: tok/s x{t['median']:.2f} [{t['low']:.2f}, {t['high']:.2f}] "
               f"{t['verdict']}; p95 x{p['median']:.2f} [{p['low']:.2f}, {p['high']:.2f}] {p['verdict']}")
     write_json_atomic(args.out, {
-        "benchmark": "serve_batching", "prompts": str(args.prompts), "max_batch": args.max_batch,
+        "benchmark": "serve_batching", "prompts": str(args.prompts), **({"split": args.split} if args.split else {}),
+        "max_batch": args.max_batch,
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "concurrency": levels,
         "configs": configs, "endpoint": "chat", "profile": str(args.profile) if args.profile else None,
         "profile_streams": bool(args.profile and load_profile(args.profile).streams),

@@ -58,7 +58,7 @@ class BatchingReplica(Replica):
     """Iteration-level batching with at most ``max_batch`` running sequences."""
 
     def __init__(self, *args, max_batch: int = 8, draft_cap: bool = False, prefill_chunk: int | None = None,
-                 **kwargs) -> None:
+                 plain_slowdown: float | None = BatchDraftCap.plain_slowdown, **kwargs) -> None:
         self.max_batch = max_batch  # slots: bounded in practice by KV-cache memory
         if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
             raise ValueError(f"prefill_chunk must be an integer >= 1 or None, got {prefill_chunk!r}")
@@ -68,7 +68,7 @@ class BatchingReplica(Replica):
         self._pools: dict[str, list] = {}  # key -> its controllers; one serves one sequence at a time
         self._busy: set[int] = set()  # ids of the controllers serving a sequence now
         super().__init__(*args, **kwargs)
-        self.draft_cap = BatchDraftCap(seed=self.policies.seed) if draft_cap else None
+        self.draft_cap = BatchDraftCap(seed=self.policies.seed, plain_slowdown=plain_slowdown) if draft_cap else None
 
     def policy_for(self, key: str):
         """A controller for one sequence of ``key`` that serves no other now (the engine's ``_pooled``)."""

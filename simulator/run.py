@@ -130,6 +130,7 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
         if scenario.replicas.mode == "batching":
             replicas.append(BatchingReplica(*args, max_batch=scenario.replicas.max_batch,
                                             draft_cap=scenario.replicas.draft_cap,
+                                            plain_slowdown=scenario.replicas.plain_slowdown,
                                             prefill_chunk=scenario.replicas.prefill_chunk, overhead=scenario.overhead))
         else:
             replicas.append(SerialReplica(*args, overhead=scenario.overhead))

@@ -21,7 +21,9 @@ Top-level fields (``*`` required)::
     replicas      {count, mode: serial|batching, max_batch, router: least_loaded|round_robin|random,
                    draft_cap (batching: the engine's cap on drafts as the batch fills; default true),
                    prefill_chunk (batching: prompt tokens an iteration prefills while sequences
-                   run, as the engine's --prefill-chunk; default null: whole prompts at once)}
+                   run, as the engine's --prefill-chunk; default null: whole prompts at once),
+                   plain_slowdown (batching: the cap's bound on what drafts cost a plain row, as
+                   the server's --plain-slowdown: a number >= 0 or "off"; default the server's)}
     policy        spec such as none, static:ngram:4, heuristic:ngram, adaptive      default: none
     policy_scope  replica | key   (one controller per replica, or per replica and traffic key)
     slo           {ttft_s, tpot_s, e2e_s, percentile}                 targets left out are not checked
@@ -46,6 +48,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from policies.batch_cap import BatchDraftCap
 from policies.lookup import DRAFTER as LOOKUP
 from simulator.acceptance import acceptance_from_dict
 from simulator.arrivals import arrival_process_from_dict
@@ -69,6 +72,7 @@ class ReplicaConfig:
     # batching only: the engine's BatchDraftCap (policies/batch_cap.py) caps learning rows' drafts
     draft_cap: bool = True
     prefill_chunk: int | None = None  # batching only: as the engine's prefill_chunk; None: whole prompts
+    plain_slowdown: float | None = BatchDraftCap.plain_slowdown  # batching only: the cap's bound; None: off
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,14 @@ def _num(value: object, path: str, low: float = 0.0, strict: bool = True, intege
     if value < low or (strict and value == low):
         raise ValueError(f"{path} must be {'>' if strict else '>='} {low:g}, got {value!r}")
     return value
+
+
+def _slowdown(value: object) -> float | None:
+    if value == "off":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f'replicas.plain_slowdown must be a number >= 0 or "off", got {value!r}')
+    return float(value)
 
 
 def _speed(raw: object) -> tuple[tuple[float, float], ...]:
@@ -347,9 +359,12 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         _flag(rep.get("draft_cap", True), "replicas.draft_cap"),
         None if rep.get("prefill_chunk") is None else
         int(_num(rep["prefill_chunk"], "replicas.prefill_chunk", integer=True)),
+        _slowdown(rep.get("plain_slowdown", BatchDraftCap.plain_slowdown)),
     )
     if replicas.prefill_chunk is not None and replicas.mode != "batching":  # would do nothing, silently
         raise ValueError(f"replicas.prefill_chunk applies to mode batching only, got mode {replicas.mode!r}")
+    if "plain_slowdown" in rep and replicas.mode != "batching":
+        raise ValueError(f"replicas.plain_slowdown applies to mode batching only, got mode {replicas.mode!r}")
     slo_raw = _mapping(raw.get("slo") or {}, "slo")
     _only(slo_raw, SLO.__dataclass_fields__, "slo")
     slo = SLO(**{k: (float(_num(v, f"slo.{k}")) if v is not None else None) for k, v in slo_raw.items()})

@@ -32,6 +32,7 @@ def test_every_command_is_mounted():
     (["bench", "--prompts", "benchmarks/engine.jsonl", "--rounds", "0"], "rounds"),
     (["calibrate", "--prompts", "nope.jsonl"], "prompts"),
     (["calibrate", "--repeats", "0"], "repeats"),
+    (["calibrate", "--split", "test"], "split"),  # the default prompts have no split
     (["calibrate", "--batch-sizes", "1,4"], "batch_sizes"),
     (["calibrate", "--batch-sizes", "four"], "batch_sizes"),
     (["calibrate", "--streams-only", "--out", "no_such_profile.json"], "out"),

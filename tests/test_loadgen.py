@@ -352,6 +352,24 @@ def test_the_command_prints_the_table_writes_the_json_and_never_imports_torch(se
     assert data["config"]["num_requests"] == 6 and data["config"]["rate"] == 50.0
 
 
+def test_a_split_sends_only_that_splits_prompts_and_is_recorded(served, tmp_path, monkeypatch):
+    from adaptive_spec.cli import main
+
+    path = tmp_path / "split.jsonl"
+    path.write_text("".join(json.dumps({"id": p.id, "prompt": p.prompt, "kind": p.kind, "split": ("dev", "test")[i % 2]})
+                            + "\n" for i, p in enumerate(PROMPTS)))
+    out = tmp_path / "loadgen.json"
+    monkeypatch.setattr(sys, "argv", ["adaptive-spec", "loadgen", "--url", served, "--prompts", str(path), "--split",
+                                      "test", "--num-requests", "8", "--max-tokens", "2", "--quiet", "--out", str(out)])
+    try:
+        main()
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    data = json.loads(out.read_text())
+    assert data["split"] == "test" and data["summary"]["completed"] == 8
+    assert {r["id"] for r in data["requests"]} == {"copy-1", "open-1"}  # the test split's, both drawn in 8
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -366,6 +384,7 @@ def _free_port() -> int:
     (["--goodput", "ttft:soon"], "goodput"),
     (["--extra-body", "[1]"], "extra_body"),
     (["--prompts", "missing.jsonl"], "prompts"),
+    (["--split", "test"], "split"),  # the file's prompts have no split: none would be sent
     (["ttft:500"], "argument"),
     (["--out", "{tmp}"], "out"),  # a folder
     (["--out", "{tmp}/prompts.jsonl/x.json"], "out"),  # under a file

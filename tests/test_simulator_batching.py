@@ -178,3 +178,23 @@ def test_rows_left_with_nothing_to_verify_bound_the_others_drafts_as_in_the_engi
     # verify nothing beside others' drafts, as the engine's rows may; never more often than unbounded
     credited = [p for p in iterations(0.05, Eight) if 0 in p and max(p) > 0]
     assert 0 < len(credited) < len(mixed)
+
+
+def test_the_replica_runs_the_servers_plain_slowdown_bound():
+    import pytest
+
+    from policies.batch_cap import BatchDraftCap
+
+    def cap_of(replicas):
+        scenario = scenario_from_dict(scenario_dict(policy="adaptive", replicas={"mode": "batching", **replicas}))
+        return build_simulation(simpy.Environment(), scenario).replicas[0].draft_cap
+
+    assert cap_of({}).plain_slowdown == BatchDraftCap.plain_slowdown  # the server's default
+    assert cap_of({"plain_slowdown": 0.3}).plain_slowdown == 0.3
+    assert cap_of({"plain_slowdown": 0}).plain_slowdown == 0.0
+    assert cap_of({"plain_slowdown": "off"}).plain_slowdown is None
+    with pytest.raises(ValueError, match="replicas.plain_slowdown applies to mode batching"):
+        scenario_from_dict(scenario_dict(replicas={"mode": "serial", "plain_slowdown": 0.1}))
+    for bad in (-0.1, float("nan"), float("inf"), "0.1", True, None):
+        with pytest.raises(ValueError, match="replicas.plain_slowdown"):
+            scenario_from_dict(scenario_dict(replicas={"mode": "batching", "plain_slowdown": bad}))

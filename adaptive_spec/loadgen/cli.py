@@ -20,6 +20,8 @@ from adaptive_spec.errors import InvalidParameterError
 def loadgen(
     url: str = typer.Option("http://127.0.0.1:8000", help="Base URL of the server (adaptive-spec serve, vLLM, ...)."),
     prompts: Path = typer.Option(Path("benchmarks/workloads.jsonl"), help="JSONL prompt file: one {id, prompt, kind} a line."),
+    split: Optional[str] = typer.Option(None, "--split", help="Only the prompts of this split (dev | test, e.g. of "
+                                        "benchmarks/corpus/corpus.jsonl)."),
     endpoint: str = typer.Option("completions", help="completions (/v1/completions) | chat (/v1/chat/completions)."),
     model: Optional[str] = typer.Option(None, help="Model to request (default: the first one the server lists)."),
     rate: float = typer.Option(float("inf"), help="Requests per second, or inf (all at once, paced by --max-concurrency)."),
@@ -52,7 +54,7 @@ def loadgen(
     from adaptive_spec.loadgen.run import LoadConfig, run_load
     from adaptive_spec.loadgen.stats import parse_slos
     from adaptive_spec.outputs import check_writable, write_json_atomic
-    from adaptive_spec.prompts import load_prompts
+    from adaptive_spec.prompts import load_prompts, select_split
 
     # --goodput ttft:500 tpot:50: click gives --goodput one value; the others arrive as arguments
     if more_slos and not goodput:
@@ -62,6 +64,8 @@ def loadgen(
     if not prompts.is_file():
         raise InvalidParameterError("prompts", str(prompts), "file not found")
     prompt_list = load_prompts(prompts)
+    if split is not None:
+        prompt_list = select_split(prompt_list, split, str(prompts))
     config = LoadConfig(
         url=url.rstrip("/"), endpoint=endpoint, model=model, rate=rate, burstiness=burstiness,
         max_concurrency=max_concurrency, num_requests=num_requests, duration_s=duration,
@@ -91,6 +95,8 @@ def loadgen(
 
     result = asyncio.run(main())
     report = build_report(config, result, str(prompts), started)
+    if split is not None:
+        report["split"] = split
     Console(width=max(120, Console().width)).print(render(report))  # before the file: a failed write loses nothing
     if out_path is not None:
         write_json_atomic(out_path, report, "out")
