@@ -464,6 +464,8 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         server_overhead_section(results_dir, dates),
         batching_section(results_dir, dates),
         serve_batching_section(results_dir, dates),
+        serve_batching_section(results_dir, dates, "serve_batching_test.json",
+                               "Batched serving by concurrency, held-out prompts"),
         serve_batching_goodput_section(results_dir, dates),
         serve_tradeoff_section(results_dir, dates),
         prefill_chunk_section(results_dir, dates),
