@@ -7,10 +7,13 @@ controllers serve at a common length, ``cap`` (0: they decode plainly this step)
 controller picks the cap that maximises the batch's goodput, from two things it measures on the
 engine's own steps (no hand-set table; ``warm`` starts the cost fit from a calibrated profile):
 
-- the step's cost as a function of the batch's shape, ``seconds = a + b * rows + c * rows * width
-  + d * rows * [width > 1]``, fitted by decayed least squares over every step (any batch size, any
-  cap): the last term is the jump from one-token rows to multi-token ones, which on CPU costs more
-  than the width alone says (other matrix kernels);
+- the step's cost as a function of the batch's shape and context, ``seconds = a + b * rows
+  + c * rows * width + d * rows * [width > 1] + e * rows * context + f * rows * context * [width > 1]``,
+  fitted by decayed least squares over every step (any batch size, any cap): ``d`` is the jump from
+  one-token rows to multi-token ones, which on CPU costs more than the width alone says (other
+  matrix kernels), and ``f`` its growth with the context the rows attend to (a packed forward's
+  attention spans every row's cache), so that drafts that pay beside short prompts are not taken
+  for paying beside long ones; ``context`` is the caller's: the cache's slots per row;
 - per cap, what one capped row gains per step: tokens emitted (1 + accepted drafts) and the batch
   width the cap led to, decayed means over every step taken under that cap.
 
@@ -52,6 +55,8 @@ from dataclasses import dataclass, field
 from policies.validation import check_int
 
 CAPS = (0, 2, 4, 8, 16)
+FEATURES = 6  # of the cost fit (``_features``)
+CONTEXT_UNIT = 1000.0  # tokens: context enters the fit in thousands, near the other features' scale
 
 
 @dataclass
@@ -84,8 +89,8 @@ class BatchDraftCap:
     seed: int = 0
     _tokens: dict[int, _Mean] = field(default_factory=dict, repr=False)  # cap -> tokens per capped row-step
     _width: dict[int, _Mean] = field(default_factory=dict, repr=False)  # cap -> the batch's width
-    _xtx: list[list[float]] = field(default_factory=lambda: [[0.0] * 4 for _ in range(4)], repr=False)
-    _xty: list[float] = field(default_factory=lambda: [0.0] * 4, repr=False)
+    _xtx: list[list[float]] = field(default_factory=lambda: [[0.0] * FEATURES for _ in range(FEATURES)], repr=False)
+    _xty: list[float] = field(default_factory=lambda: [0.0] * FEATURES, repr=False)
     _rng: random.Random = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -107,9 +112,10 @@ class BatchDraftCap:
 
     # -- choosing ------------------------------------------------------------------------------------
 
-    def choose(self, rows: int, plain_rows: int = 0, slack: float = 0.0) -> int | None:
+    def choose(self, rows: int, plain_rows: int = 0, slack: float = 0.0, context: float = 0.0) -> int | None:
         """The cap for a step of ``rows`` rows, ``plain_rows`` of them decoding plainly whatever the
-        cap, the least credit among them ``slack`` seconds; None: no cap (a single row)."""
+        cap, the least credit among them ``slack`` seconds, at ``context`` slots; None: no cap (a
+        single row)."""
         if rows <= 1:
             return None
         self._steps += 1
@@ -119,29 +125,29 @@ class BatchDraftCap:
         elif 0 in self.caps and self._steps - self._last_plain >= self.plain_every:
             chosen = 0
         elif self._rng.random() < self.explore:  # a try is bound too: a plain row pays for it alike
-            chosen = self._rng.choice(self.allowed(rows, plain_rows, slack))
+            chosen = self._rng.choice(self.allowed(rows, plain_rows, slack, context))
         else:
-            predicted = self.predicted_goodput(rows)
-            chosen = max(self.allowed(rows, plain_rows, slack), key=lambda c: predicted.get(c, 0.0))
+            predicted = self.predicted_goodput(rows, context)
+            chosen = max(self.allowed(rows, plain_rows, slack, context), key=lambda c: predicted.get(c, 0.0))
         if chosen == 0:
             self._last_plain = self._steps
         self._trials[chosen] = self._trials.get(chosen, 0) + 1
         return chosen
 
-    def allowed(self, rows: int, plain_rows: int = 0, slack: float = 0.0) -> tuple[int, ...]:
+    def allowed(self, rows: int, plain_rows: int = 0, slack: float = 0.0, context: float = 0.0) -> tuple[int, ...]:
         """The caps a step of ``rows`` rows may take while ``plain_rows`` of them decode plainly: those
         whose measured width costs at most ``1 + plain_slowdown`` plain steps plus ``slack`` seconds
         (at least 0), the least credit among those rows (all while no row is plain, there is no
         bound, or nothing prices a step yet); cap 0, or the smallest, always."""
-        bound = self.cost(rows, 1) if plain_rows and self.plain_slowdown is not None else None
+        bound = self.cost(rows, 1, context) if plain_rows and self.plain_slowdown is not None else None
         if bound is None or bound <= 0:  # a fit extrapolated below zero prices nothing
             return self.caps
         limit = (1 + self.plain_slowdown) * bound + max(0.0, slack)
-        return tuple(c for c in self.caps if c == 0 or (c in self._width and self.cost(rows, self._width[c].value) <= limit)
+        return tuple(c for c in self.caps if c == 0 or (c in self._width and self.cost(rows, self._width[c].value, context) <= limit)
                      ) or (min(self.caps),)
 
     def afford(self, lengths: Sequence[int], bound: Sequence[bool], cap: int,
-               scored: Callable[[list[int]], float], credit: Sequence[float] | None = None) -> int:
+               scored: Callable[[list[int]], float], credit: Sequence[float] | None = None, context: float = 0.0) -> int:
         """The largest cap up to ``cap`` that a step's drafts can afford once they are known.
 
         ``choose`` comes before drafting and counts as plain only the rows whose controllers planned
@@ -154,7 +160,7 @@ class BatchDraftCap:
         to the largest cap that keeps to it (0, or the smallest cap, when none does)."""
         if not cap or self.plain_slowdown is None or all(lengths):  # every row verifies: nothing to bound
             return cap
-        base = self.cost(len(lengths), 1)
+        base = self.cost(len(lengths), 1, context)
         if base is None or base <= 0:
             return cap
         slack = min((c for c, n in zip(credit, lengths) if not n), default=0.0) if credit is not None else 0.0
@@ -162,11 +168,11 @@ class BatchDraftCap:
         limit = (1 + self.plain_slowdown) * base + slack
         for c in sorted({cap, *(c for c in self.caps if c < cap)}, reverse=True):
             widths = [1 + (min(n, c) if b else n) for n, b in zip(lengths, bound)]
-            if min(widths) > 1 or self.cost(len(widths), scored(widths) / len(widths)) <= limit:
+            if min(widths) > 1 or self.cost(len(widths), scored(widths) / len(widths), context) <= limit:
                 return c
         return 0 if 0 in self.caps else min(self.caps)
 
-    def credits(self, width: float, emitted: Sequence[int]) -> list[float] | None:
+    def credits(self, width: float, emitted: Sequence[int], context: float = 0.0) -> list[float] | None:
         """What a step of ``len(emitted)`` rows, ``width`` tokens wide, adds to each row's credit:
         its ``emitted`` tokens priced as plain steps of these rows, with the margin, less the step's
         predicted cost (both from the fit, so the machine's swings cancel). None while there is no
@@ -177,55 +183,58 @@ class BatchDraftCap:
         coef = _solve(self._xtx, self._xty)  # once: this runs on every batched step
         if coef is None:
             return None
-        base, spent = _price(coef, rows, 1), _price(coef, rows, width)
+        base, spent = _price(coef, rows, 1, context), _price(coef, rows, width, context)
         if base <= 0:
             return None
         return [(1 + self.plain_slowdown) * base * n - spent for n in emitted]
 
-    def predicted_goodput(self, rows: int) -> dict[int, float]:
-        """Tokens per second the batch would make at ``rows`` rows under each measured cap."""
+    def predicted_goodput(self, rows: int, context: float = 0.0) -> dict[int, float]:
+        """Tokens per second the batch would make at ``rows`` rows and ``context`` slots under each measured cap."""
         out = {}
         for cap in self.caps:
             tokens, width = self._tokens.get(cap), self._width.get(cap)
             if tokens is None or not tokens.count:
                 continue
-            seconds = self.cost(rows, width.value)
+            seconds = self.cost(rows, width.value, context)
             if seconds is not None and seconds > 0:
                 out[cap] = rows * tokens.value / seconds
         return out
 
-    def cost(self, rows: int, width: float) -> float | None:
-        """Predicted seconds of a step of ``rows`` rows ``width`` tokens wide; None before the fit."""
+    def cost(self, rows: int, width: float, context: float = 0.0) -> float | None:
+        """Predicted seconds of a step of ``rows`` rows ``width`` tokens wide at ``context`` slots; None
+        before the fit."""
         coef = _solve(self._xtx, self._xty)
-        return None if coef is None else _price(coef, rows, width)
+        return None if coef is None else _price(coef, rows, width, context)
 
     # -- learning ------------------------------------------------------------------------------------
 
     def observe(self, rows: int, width: float, seconds: float, cap: int | None = None, capped_rows: int = 0,
-                capped_tokens: int = 0) -> None:
-        """A step of ``rows`` rows, ``width`` tokens wide, took ``seconds``; under ``cap`` (None: no
-        cap applied) its ``capped_rows`` rows emitted ``capped_tokens`` tokens. A packed forward
-        (each row only its own tokens) is ``width`` = the tokens it scored over ``rows``."""
-        if seconds <= 0 or rows < 1 or width < 1:
+                capped_tokens: int = 0, context: float = 0.0) -> None:
+        """A step of ``rows`` rows, ``width`` tokens wide, at ``context`` slots, took ``seconds``;
+        under ``cap`` (None: no cap applied) its ``capped_rows`` rows emitted ``capped_tokens``
+        tokens. A packed forward (each row only its own tokens) is ``width`` = the tokens it scored
+        over ``rows``."""
+        if seconds <= 0 or rows < 1 or width < 1 or context < 0:
             return
-        x = _features(rows, width)
-        for i in range(4):
+        x = _features(rows, width, context)
+        for i in range(FEATURES):
             self._xty[i] = self._xty[i] * self.decay + x[i] * seconds
-            for j in range(4):
+            for j in range(FEATURES):
                 self._xtx[i][j] = self._xtx[i][j] * self.decay + x[i] * x[j]
         if cap is not None and capped_rows > 0:
             self._tokens.setdefault(cap, _Mean()).add(capped_tokens / capped_rows, self.decay)
             self._width.setdefault(cap, _Mean()).add(width, self.decay)
 
     def warm(self, samples) -> int:
-        """Start the cost fit from timed steps, ``(rows, width, seconds)`` each (a profile's verify
-        samples from ``calibrate --batch-sizes``), as if they were the first steps observed: live
-        steps outweigh them as they decay. Gains per cap are traffic's, never carried over. Returns
-        how many samples were taken."""
+        """Start the cost fit from timed steps, ``(rows, width, seconds[, context])`` each (a
+        profile's verify samples from ``calibrate --batch-sizes``), as if they were the first steps
+        observed: live steps outweigh them as they decay. Gains per cap are traffic's, never carried
+        over. Returns how many samples were taken."""
         taken = 0
-        for rows, width, seconds in samples:
-            if seconds > 0 and rows >= 1 and width >= 1:
-                self.observe(rows, width, seconds)
+        for rows, width, seconds, *context in samples:
+            context = context[0] if context else 0.0
+            if seconds > 0 and rows >= 1 and width >= 1 and context >= 0:
+                self.observe(rows, width, seconds, context=context)
                 taken += 1
         return taken
 
@@ -235,12 +244,14 @@ class BatchDraftCap:
                 for cap, m in sorted(self._tokens.items()) if m.count}
 
 
-def _price(coef: list[float], rows: int, width: float) -> float:
-    return sum(c * x for c, x in zip(coef, _features(rows, width)))
+def _price(coef: list[float], rows: int, width: float, context: float = 0.0) -> float:
+    return sum(c * x for c, x in zip(coef, _features(rows, width, context)))
 
 
-def _features(rows: int, width: float) -> tuple[float, ...]:
-    return 1.0, float(rows), float(rows * width), float(rows) if width > 1 else 0.0
+def _features(rows: int, width: float, context: float = 0.0) -> tuple[float, ...]:
+    multi = 1.0 if width > 1 else 0.0
+    spanned = rows * context / CONTEXT_UNIT
+    return 1.0, float(rows), float(rows * width), rows * multi, spanned, spanned * multi
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:

@@ -111,8 +111,9 @@ class BatchingReplica(Replica):
             plans = [session.plan(request.generated, self.tokens(request)) for request, session, *_ in running]  # 2
             plain_rows = sum(plan.k == 0 for plan in plans)  # as the engine: rows the others' drafts would only slow
             slack = min((seq[3] for seq, plan in zip(running, plans) if plan.k == 0), default=0.0)
-            cap = (self.draft_cap.choose(len(running), plain_rows, slack) if self.draft_cap is not None and any(bound)
-                   else None)
+            context = max(seq[2] for seq in running)  # the engine's slot axis spans the longest row at least
+            cap = (self.draft_cap.choose(len(running), plain_rows, slack, context)
+                   if self.draft_cap is not None and any(bound) else None)
             overruled = []  # as the engine: sequences the batch decodes plainly against their plans
             for (request, session, *_), capped, plan in zip(running, bound, plans):
                 tokens = self.tokens(request)
@@ -130,7 +131,7 @@ class BatchingReplica(Replica):
             applied = cap  # as the engine: the cap the iteration runs under learns its gain
             if cap:  # as the engine: rows the gates left with nothing to verify bound the others' drafts
                 applied = afforded = self.draft_cap.afford([d.proposed for _, d in steps], bound, cap, self.scored,
-                                                           [seq[3] for seq in running])
+                                                           [seq[3] for seq in running], context)
                 if afforded < cap:
                     overruled = [was or (capped and afforded == 0 and draft.proposed > 0)
                                  for was, capped, (_, draft) in zip(overruled, bound, steps)]
@@ -147,10 +148,10 @@ class BatchingReplica(Replica):
                 widths = [draft.proposed + 1 for _, draft in steps]
                 emitted = [min(draft.accepted + 1, seq[0].output_tokens - seq[0].generated)
                            for seq, (_, draft) in zip(running, steps)]
-                for seq, credit in zip(running, self.draft_cap.credits(self.scored(widths) / len(widths), emitted) or ()):
+                width = self.scored(widths) / len(widths)
+                for seq, credit in zip(running, self.draft_cap.credits(width, emitted, context) or ()):
                     seq[3] += credit  # as the engine: priced before the step joins the fit
-                self.draft_cap.observe(len(running), self.scored(widths) / len(widths), seconds, applied,
-                                       len(gained), sum(gained))
+                self.draft_cap.observe(len(running), width, seconds, applied, len(gained), sum(gained), context)
             running = self.finish_iteration(running, steps)  # 6
 
     def scored(self, widths: list[int]) -> int:

@@ -203,3 +203,21 @@ def test_a_cap_the_bound_never_affords_still_ends_its_first_tries():
     assert 16 not in cap.measured() and sum(m["steps"] for m in cap.measured().values()) == 200
     assert set(cap.measured()) == {c for c, n in applied_steps.items() if n}
     assert min(credit) >= -1e-9  # the plain row never fell behind plain decoding plus the margin
+
+
+def test_drafts_that_pay_beside_short_contexts_are_not_taken_for_paying_beside_long_ones():
+    """On CPU a multi-token step's extra cost grows with the context the rows attend to (a packed
+    forward's attention spans every row's cache): priced by context, the same gain per row-step
+    pays at 64 slots and not at 1024."""
+    def cost(r, w, c):
+        return 0.05 + 0.01 * r + 0.002 * r * w + (0.002 * r + 0.00004 * r * c) * (w > 1) + 0.00001 * r * c
+
+    cap = BatchDraftCap(explore=0.0, plain_every=10_000, min_trials=0, plain_slowdown=None)
+    assert cap.warm([(r, w, cost(r, w, c), c) for r in (2, 4, 8) for w in (1, 2, 3, 5, 9) for c in (64, 256, 1024)]) == 45
+    for context in (64, 1024):
+        assert cap.cost(8, 3, context) == pytest.approx(cost(8, 3, context), rel=0.02)
+    cap.observe(8, 1, cost(8, 1, 64), 0, 8, 8, context=64)  # plain: 1 token a row-step
+    cap.observe(8, 3, cost(8, 3, 64), 4, 8, 16, context=64)  # cap 4: 2 tokens a row-step, 3 wide
+    short, long = cap.predicted_goodput(8, 64), cap.predicted_goodput(8, 1024)
+    assert short[4] > short[0] and long[4] < long[0]
+    assert cap.choose(8, context=64) == 4 and cap.choose(8, context=1024) == 0

@@ -300,14 +300,15 @@ def test_a_row_left_with_nothing_to_verify_bounds_what_the_others_drafts_cost_it
     from policies.batch_cap import BatchDraftCap
 
     class Eight(BatchDraftCap):  # chooses before any draft, as if no row would decode plainly
-        def choose(self, rows, plain_rows=0, slack=0.0):
+        def choose(self, rows, plain_rows=0, slack=0.0, context=0.0):
             return None if rows <= 1 else 8
 
     decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0)), [EchoDrafter()])
 
     def served(slowdown):
         cap = Eight(plain_slowdown=slowdown)  # a step with any multi-token row costs ~4x a plain one
-        cap.warm([(r, w, 0.01 + 0.01 * r + 0.001 * r * w + 0.05 * r * (w > 1)) for r in (1, 2, 4) for w in (1, 2, 5, 9)])
+        cap.warm([(r, w, 0.01 + 0.01 * r + 0.001 * r * w + 0.05 * r * (w > 1), context)
+                  for r in (1, 2, 4) for w in (1, 2, 5, 9) for context in (8, 32, 128)])
         engine = BatchedDecoder(decoder, max_batch=2, draft_cap=cap)
         # a learning controller the cap binds, one whose choices do not depend on timings
         drafting = engine.submit(COPY, policy=make_policy("heuristic:echo", ["echo"]), max_new_tokens=30)

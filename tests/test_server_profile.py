@@ -13,14 +13,16 @@ PROFILE = Path("simulator/profiles/smollm2_cpu_batched.json")
 
 def test_the_profiles_timed_steps_warm_the_batch_cap_of_the_served_engine():
     costs = _step_costs(PROFILE, 4, "smollm2")
-    assert any(rows > 1 for rows, _, _ in costs) and all(seconds > 0 for _, _, seconds in costs)
+    assert any(rows > 1 for rows, *_ in costs) and all(seconds > 0 for _, _, seconds, _ in costs)
+    assert len({context for *_, context in costs}) > 1  # timed at several contexts: the cap prices by context
     with one_thread():
         decoder = tiny_decoder()
         with live_server(decoder, Settings(max_batch=4, step_costs=costs)) as (url, app), client(url) as http:
             assert wait_until(lambda: app.state.service.worker is not None)
             cap = app.state.service.worker.engine.draft_cap
-            timed = {(rows, width): seconds for rows, width, seconds in costs}
-            # before any request: a step of 4 rows, 5 wide, priced near what calibrate timed
-            assert abs(cap.cost(4, 5) - timed[(4, 5)]) / timed[(4, 5)] < 0.5
+            timed = {(rows, width, context): seconds for rows, width, seconds, context in costs}
+            # before any request: a step of 4 rows, 5 wide, priced near what calibrate timed at its context
+            for context in (64, 256):
+                assert abs(cap.cost(4, 5, context) - timed[(4, 5, context)]) / timed[(4, 5, context)] < 0.5
             reply = http.post("/v1/completions", json={"model": "tiny", "prompt": "<1> <2> <3> <1> <2>", "max_tokens": 8})
             assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 8

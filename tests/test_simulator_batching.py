@@ -147,14 +147,14 @@ def test_rows_left_with_nothing_to_verify_bound_the_others_drafts_as_in_the_engi
     from policies.batch_cap import BatchDraftCap
 
     class Eight(BatchDraftCap):
-        def choose(self, rows, plain_rows=0, slack=0.0):  # before any draft, as if no row would decode plainly
+        def choose(self, rows, plain_rows=0, slack=0.0, context=0.0):  # before any draft, as if no row would decode plainly
             return None if rows <= 1 else 8
 
-        def cost(self, rows, width):  # any multi-token row triples the step
+        def cost(self, rows, width, context=0.0):  # any multi-token row triples the step
             return 0.01 * rows * (1 if width == 1 else 3)
 
     class NoCredit(Eight):  # every row held to the bound step by step
-        def credits(self, width, emitted):
+        def credits(self, width, emitted, context=0.0):
             return None
 
     def iterations(slowdown, cap=NoCredit):

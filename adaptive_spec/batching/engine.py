@@ -311,7 +311,9 @@ class BatchedDecoder:
         plans = [row.session.plan(len(row.generated), row.context) for row in self.active]
         plain_rows = sum(plan.k == 0 for plan in plans)  # rows the others' drafts would only slow
         slack = min((row.credit for row, plan in zip(self.active, plans) if plan.k == 0), default=0.0)
-        cap = self.draft_cap.choose(rows, plain_rows, slack) if self.draft_cap is not None and any(bound) else None
+        context = self.slots.slots  # every row's attention spans the slot axis: what the cap prices by
+        cap = (self.draft_cap.choose(rows, plain_rows, slack, context) if self.draft_cap is not None and any(bound)
+               else None)
         proposals, overruled = [], []  # overruled: rows the batch decodes plainly against their plans
         for row, capped, plan in zip(self.active, bound, plans):
             drafter = row.drafters.get(plan.drafter)
@@ -326,7 +328,7 @@ class BatchedDecoder:
         applied = cap  # the cap the step runs under: what it learns a gain for
         if cap:  # the gates have cut: rows left with nothing to verify bound what the others' drafts cost
             applied = afforded = self.draft_cap.afford([len(d) for _, d in proposals], bound, cap, self.slots.scored,
-                                                       [row.credit for row in self.active])
+                                                       [row.credit for row in self.active], context)
             if afforded < cap:
                 overruled = [was or (capped and afforded == 0 and bool(d))
                              for was, capped, (_, d) in zip(overruled, bound, proposals)]
@@ -371,9 +373,10 @@ class BatchedDecoder:
         if self.draft_cap is not None:  # every step teaches the cost; a capped one, the cap's gain
             # priced by the tokens the forward scored: a packed step's width is its rows' mean
             # credits first: priced by the fit that decided the step's cut, before the step joins it
-            for row, gained in zip(self.active, self.draft_cap.credits(self.slots.last_tokens / rows, emitted) or ()):
+            width = self.slots.last_tokens / rows
+            for row, gained in zip(self.active, self.draft_cap.credits(width, emitted, context) or ()):
                 row.credit += gained
-            self.draft_cap.observe(rows, self.slots.last_tokens / rows, t2 - t0, applied, capped_rows, capped_tokens)
+            self.draft_cap.observe(rows, width, t2 - t0, applied, capped_rows, capped_tokens, context)
         if done:
             self.slots.remove(done)
             for index in done:

@@ -30,7 +30,7 @@ class BatchedWorker(EngineWorker):
                  prefill_chunk: int | None = PREFILL_CHUNK, step_costs: tuple = (),
                  plain_slowdown: float | None = BatchDraftCap.plain_slowdown) -> None:
         cap = BatchDraftCap(plain_slowdown=plain_slowdown)
-        cap.warm(step_costs)  # (rows, width, seconds) from a calibrated profile: costs known from the first step
+        cap.warm(step_costs)  # (rows, width, seconds, context) from a calibrated profile: costs known from the first step
         self.engine = BatchedDecoder(decoder, max_batch=max_batch, draft_cap=cap,  # before the thread starts
                                      prefill_chunk=prefill_chunk)
         self._jobs: dict[int, tuple[Job, TextPieces | None]] = {}  # engine request id -> job

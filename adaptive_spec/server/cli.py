@@ -132,7 +132,7 @@ def parse_plain_slowdown(value: str) -> float | None:
 
 
 def _step_costs(profile: Path | None, max_batch: int, model: str) -> tuple:
-    """(rows, width, seconds) of the profile's timed steps, batched ones among them, for the batch's cap:
+    """(rows, width, seconds, context) of the profile's timed steps, batched ones among them, for the batch's cap:
     a profile measured on ``model`` (another model's costs would mislead the cap until they decay)."""
     if profile is None:
         return ()
@@ -153,7 +153,7 @@ def _step_costs(profile: Path | None, max_batch: int, model: str) -> tuple:
     if not any(s.batch > 1 for s in samples):
         raise InvalidParameterError("profile", str(profile), "has no batched steps; write one with "
                                     "`adaptive-spec calibrate --batch-sizes 2,4,8`")
-    return tuple((s.batch, s.tokens, s.seconds) for s in samples)
+    return tuple((s.batch, s.tokens, s.seconds, s.context_len) for s in samples)
 
 
 def _suffix_history(max_tokens: int, shared: bool):
