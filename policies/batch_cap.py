@@ -52,6 +52,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from policies.guard import GuardConfig
 from policies.validation import check_int
 
 CAPS = (0, 2, 4, 8, 16)
@@ -81,11 +82,11 @@ class BatchDraftCap:
     # while a row of the batch decodes plainly (its controller found nothing worth drafting), the
     # most a step may cost over a plain step of the same rows: that row gains nothing from the
     # others' drafts and pays for the wider forward, so without a bound the batch's goodput buys
-    # copying rows' speed with open-ended rows' latency. Looser than the guard's own tolerance of a
-    # speculative step: measured through the server (benchmarks/serve_tradeoff.py), the guard's
-    # tighter margin bought no better p95 at a few requests, only less throughput. None: the batch's
-    # goodput alone decides
-    plain_slowdown: float | None = 0.15
+    # copying rows' speed with open-ended rows' latency. The guard's own tolerance of a speculative
+    # step against plain ones: a request is not made slower than plain decoding by its neighbours
+    # either. Measured through the server (benchmarks/serve_tradeoff.py), a looser bound bought
+    # little throughput at a few requests for a worse p95. None: the batch's goodput alone decides
+    plain_slowdown: float | None = GuardConfig.off_margin
     seed: int = 0
     _tokens: dict[int, _Mean] = field(default_factory=dict, repr=False)  # cap -> tokens per capped row-step
     _width: dict[int, _Mean] = field(default_factory=dict, repr=False)  # cap -> the batch's width
