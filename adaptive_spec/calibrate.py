@@ -5,9 +5,9 @@ What is timed, each the median of ``repeats`` runs after a warm-up:
 - prefill: a fresh cache reading prompts of several lengths;
 - verify: one target forward of ``k + 1`` tokens on top of a cache of ``context_len`` tokens, plus
   the greedy check and the KV rollback - everything of a step but drafting; with ``batch_sizes``,
-  also the batched engine's step (``BatchedDecoder``): one forward over ``batch`` rows, every row
-  padded to the widest (``k + 1`` tokens each), each row's check and rollback, and the cache
-  compaction as the engine runs it;
+  also the batched engine's step (``BatchedDecoder``): one forward over ``batch`` rows, padded
+  (every row ``k + 1`` tokens wide) and packed (some rows drafting beside one-token rows), each
+  row's check and rollback, and the cache compaction as the engine runs it;
 - draft: each drafter's seconds per call and per proposed token;
 - acceptance: per request class (the ``kind`` of the workload prompts) and drafter, the
   conditional per-position acceptance ``P(position i accepted | 0..i-1 accepted)`` and the hit
@@ -46,7 +46,10 @@ PREFILL_LENGTHS = (16, 32, 64, 128, 256, 512)
 VERIFY_TOKENS = (1, 2, 3, 5, 9, 17)  # k + 1 for k = 0, 1, 2, 4, 8, 16
 CONTEXT_LENGTHS = (64, 256, 512)
 BATCH_VERIFY_TOKENS = (1, 2, 3, 5, 9)  # k + 1 up to 8: wider drafts do not pay once rows share the forward
-BATCH_CONTEXT_LENGTHS = (64, 256)
+BATCH_CONTEXT_LENGTHS = (64, 256, 512)
+# packed forwards: (k + 1, rows drafting) beside one-token rows; half the rows drafting is where
+# packing stops paying at short contexts, and attention across every row's cache dominates at long ones
+PACKED_STEPS = ((9, 1), (3, 1), (9, "half"))
 ACCEPTANCE_K = 8  # long drafts, so every position up to 8 gets counted
 MIN_TESTED = 5  # drafts that reached a position before its acceptance is estimated from them
 
@@ -99,19 +102,25 @@ def time_verify(decoder: SpeculativeDecoder, repeats: int) -> list[dict]:
 
 
 def time_batched_verify(decoder: SpeculativeDecoder, batch_sizes: Sequence[int], repeats: int) -> list[dict]:
-    """The batched engine's step but drafting, on ``SlotCache`` rows of ``context_len`` tokens each."""
+    """The batched engine's step but drafting, on ``SlotCache`` rows of ``context_len`` tokens each:
+    padded, every row ``tokens`` wide, and packed (``policies.batch_layout``), ``packed`` rows
+    ``tokens`` wide beside one-token rows."""
     from adaptive_spec.batching import SlotCache
 
     slots = SlotCache(decoder.target.model)
     vocab = decoder.target.vocab_size
     samples = []
     for batch in batch_sizes:
+        packed_steps = sorted({(t, batch // 2 if d == "half" else d) for t, d in PACKED_STEPS})
         for context in BATCH_CONTEXT_LENGTHS:
             slots.reset()
             for row in range(batch):
                 slots.add(_filler(context + row, vocab)[:context])
-            for tokens in BATCH_VERIFY_TOKENS:
-                step = [_filler(tokens + row, vocab)[:tokens] for row in range(batch)]
+            shapes = [("padded", tokens, batch) for tokens in BATCH_VERIFY_TOKENS]
+            shapes += [("packed", t, d) for t, d in packed_steps if 0 < d < batch] if slots.packs_masks else []
+            for layout, tokens, drafting in shapes:
+                step = [_filler(tokens + row, vocab)[:tokens if row < drafting else 1] for row in range(batch)]
+                slots.layout = layout
 
                 def run():
                     logits = slots.extend(step)
@@ -120,7 +129,8 @@ def time_batched_verify(decoder: SpeculativeDecoder, batch_sizes: Sequence[int],
                         slots.rollback(row, context)
                     slots.compact()
 
-                samples.append({"tokens": tokens, "context_len": context, "batch": batch,
+                sample = {"tokens": tokens, "context_len": context, "batch": batch}
+                samples.append({**sample, **({"packed": drafting} if layout == "packed" else {}),
                                 "seconds": _median_time(run, repeats)})
     slots.reset()
     return samples
@@ -286,7 +296,7 @@ def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int =
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "engine": "adaptive-spec calibrate",
             "illustrative": False,
-            # how a batched forward is priced: every row padded to the widest, as BatchedDecoder runs it
+            # how a batched forward is priced: as BatchedDecoder runs it, padded or packed
             **({"batched_forward": "padded"} if batch_sizes else {}),
         },
         "prefill": prefill,

@@ -110,6 +110,7 @@ class BatchDraftCap:
         if self.plain_slowdown is not None and not 0 <= self.plain_slowdown < float("inf"):
             raise ValueError(f"plain_slowdown must be >= 0 or None, got plain_slowdown={self.plain_slowdown!r}")
         self._rng = random.Random(self.seed)
+        self._coef: list[float] | None = None  # the cost fit's weights ([]: none yet) until the next step
 
     # -- choosing ------------------------------------------------------------------------------------
 
@@ -181,7 +182,7 @@ class BatchDraftCap:
         rows = len(emitted)
         if self.plain_slowdown is None or not rows:
             return None
-        coef = _solve(self._xtx, self._xty)  # once: this runs on every batched step
+        coef = self._fit()
         if coef is None:
             return None
         base, spent = _price(coef, rows, 1, context), _price(coef, rows, width, context)
@@ -204,8 +205,14 @@ class BatchDraftCap:
     def cost(self, rows: int, width: float, context: float = 0.0) -> float | None:
         """Predicted seconds of a step of ``rows`` rows ``width`` tokens wide at ``context`` slots; None
         before the fit."""
-        coef = _solve(self._xtx, self._xty)
+        coef = self._fit()
         return None if coef is None else _price(coef, rows, width, context)
+
+    def _fit(self) -> list[float] | None:
+        """The cost fit's weights, solved once per observed step: a step prices a dozen shapes."""
+        if self._coef is None:
+            self._coef = _solve(self._xtx, self._xty) or []
+        return self._coef or None
 
     # -- learning ------------------------------------------------------------------------------------
 
@@ -218,6 +225,7 @@ class BatchDraftCap:
         if seconds <= 0 or rows < 1 or width < 1 or context < 0:
             return
         x = _features(rows, width, context)
+        self._coef = None
         for i in range(FEATURES):
             self._xty[i] = self._xty[i] * self.decay + x[i] * seconds
             for j in range(FEATURES):

@@ -28,8 +28,8 @@ One iteration::
                 widest sequence, tokens across the batch, context across the batch); where the
                 profile timed this engine's batched forward (``metadata.batched_forward: padded``,
                 as ``calibrate --batch-sizes`` writes), the step takes the engine's form
-                (``policies.batch_layout``): padded, batch x widest, or packed, the sequences'
-                own tokens at their mean width
+                (``policies.batch_layout``) over the engine's slot axis (``SlotAxis``): padded,
+                batch x widest, or packed, the sequences' own tokens
     5. advance: one SimPy timeout for the whole iteration
     6. finish:  every sequence's session records its StepOutcome (sharing the iteration's draft_s
                 and verify_s: a policy that measures tokens per second sees the batched cost)
@@ -48,7 +48,7 @@ import zlib
 
 from policies.batch_cap import BatchDraftCap
 from policies.session import StepPlan
-from policies.batch_layout import scored_tokens
+from policies.batch_layout import SlotAxis, scored_tokens
 from simulator.cost_model import forward_verify_s
 from simulator.drafts import Draft
 from simulator.replica import Replica
@@ -65,6 +65,7 @@ class BatchingReplica(Replica):
         self.prefill_chunk = prefill_chunk  # prompt tokens an iteration prefills while sequences run (None: all)
         self.joining: list | None = None  # [request, prompt tokens prefilled] while its chunks go in
         self.last_draft_s = self.last_verify_s = 0.0  # the current iteration's, shared by its sequences
+        self.axis = SlotAxis()  # the engine's slot axis: what a step's attention spans
         self._pools: dict[str, list] = {}  # key -> its controllers; one serves one sequence at a time
         self._busy: set[int] = set()  # ids of the controllers serving a sequence now
         super().__init__(*args, **kwargs)
@@ -102,6 +103,7 @@ class BatchingReplica(Replica):
                         self.finish(request)
                     else:
                         running.append([request, self.open_session(request), request.prompt_tokens + 1, 0.0])
+                        self.axis.join(request.prompt_tokens)
             if not running:
                 continue
             steps = []
@@ -111,7 +113,7 @@ class BatchingReplica(Replica):
             plans = [session.plan(request.generated, self.tokens(request)) for request, session, *_ in running]  # 2
             plain_rows = sum(plan.k == 0 for plan in plans)  # as the engine: rows the others' drafts would only slow
             slack = min((seq[3] for seq, plan in zip(running, plans) if plan.k == 0), default=0.0)
-            context = max(seq[2] for seq in running)  # the engine's slot axis spans the longest row at least
+            context = max(self.axis.slots, max(seq[2] for seq in running))  # as the engine: its slot axis
             cap = (self.draft_cap.choose(len(running), plain_rows, slack, context)
                    if self.draft_cap is not None and any(bound) else None)
             overruled = []  # as the engine: sequences the batch decodes plainly against their plans
@@ -152,11 +154,13 @@ class BatchingReplica(Replica):
                 for seq, credit in zip(running, self.draft_cap.credits(width, emitted, context) or ()):
                     seq[3] += credit  # as the engine: priced before the step joins the fit
                 self.draft_cap.observe(len(running), width, seconds, applied, len(gained), sum(gained), context)
+            self.axis.forward([draft.proposed + 1 for _, draft in steps])
             running = self.finish_iteration(running, steps)  # 6
+            self.axis.settle([seq[2] - 1 for seq in running])  # as the engine: compacts after the step
 
     def scored(self, widths: list[int]) -> int:
         """Tokens a forward over rows ``widths`` wide scores, as the profile's forward ran."""
-        return scored_tokens(widths) if getattr(self.cost, "padded", False) else sum(widths)
+        return scored_tokens(widths, slots=self.axis.slots) if getattr(self.cost, "padded", False) else sum(widths)
 
     def admit(self, running: int) -> tuple[list, float]:
         """The requests whose whole prompt goes in this iteration, and the seconds of the prefill
@@ -185,7 +189,7 @@ class BatchingReplica(Replica):
         cost = self.cost
         self.last_draft_s = sum(cost.draft_s(d, max(ks), len(ks), sum(ks)) for d, ks in looked_up.items())
         widths = [draft.proposed + 1 for _, draft in steps]
-        self.last_verify_s = forward_verify_s(cost, widths, [seq[2] for seq in running])
+        self.last_verify_s = forward_verify_s(cost, widths, [seq[2] for seq in running], self.axis.slots)
         return self.last_draft_s + self.last_verify_s
 
     def finish_iteration(self, running: list, steps: list) -> list:

@@ -9,11 +9,18 @@ Verify forward (one target pass over ``tokens`` = k + 1 tokens for each of ``bat
 
     verify_s = w0 + w1 tokens + w2 multi_token + w3 context_len + w4 batch
                   + w5 batch_tokens + w6 batch_context + w7 max(0, batch_tokens - knee)
+                  + w8 attention_pairs + w9 moved_entries + w10 wide_context
 
 - ``multi_token`` (batch_tokens > 1): with more than one row of activations the forward switches
   from matrix-vector to matrix-matrix kernels; on this project's CPU a 2-16 token forward costs
   ~2x a 1-token one, nearly flat after the jump.
 - ``batch_tokens`` = tokens verified across the whole batch; ``batch_context`` = KV entries read.
+- ``attention_pairs``: query-key pairs the attention computes, and ``moved_entries``: cache entries
+  a packed forward lays side by side (``policies.batch_layout``). A packed forward's dense attention
+  meets every row's cache, so beside long caches it costs far more than its tokens say; a padded
+  one's grows with its width times its slots. ``wide_context`` (``batch_context`` of a batched
+  forward more than one token wide): the attention then takes its masked path over every slot,
+  measured dearer than a one-token step's beyond what the pairs say.
 - ``max(0, batch_tokens - knee)`` is the roofline: below the knee a forward is memory-bound
   (reading the weights dominates, extra tokens are nearly free - why speculation pays at batch 1);
   above it the forward is compute-bound and costs grow with every token verified. The knee is
@@ -45,13 +52,14 @@ from typing import Protocol
 
 import numpy as np
 
-from policies.batch_layout import packs
+from policies.batch_layout import attention_pairs, moved_entries, packs, scored
 from simulator.profile import DraftCost, PrefillSample, Profile, VerifySample
 
 VERIFY_FEATURES = (
     "tokens", "multi_token", "context_len", "batch", "batch_tokens", "batch_context", "excess_tokens",
+    "attention_pairs", "moved_entries", "wide_context",
 )
-BATCH_FEATURES = ("batch", "batch_tokens", "batch_context")
+BATCH_FEATURES = ("batch", "batch_tokens", "batch_context", "moved_entries", "wide_context")
 
 
 class CostModel(Protocol):
@@ -60,30 +68,37 @@ class CostModel(Protocol):
     def prefill_s(self, prompt_tokens: int) -> float: ...
 
     def verify_s(self, tokens: int, context_len: int, batch: int = 1, batch_tokens: int | None = None,
-                 batch_context: int | None = None) -> float: ...
+                 batch_context: int | None = None, pairs: int | None = None, moved: int = 0) -> float: ...
 
     def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float: ...
 
 
-def forward_verify_s(cost, widths: Sequence[int], contexts: Sequence[float]) -> float:
+def forward_verify_s(cost, widths: Sequence[int], contexts: Sequence[float], slots: int | None = None) -> float:
     """Seconds of one target forward over rows ``widths`` tokens wide (k + 1 each) at ``contexts``
     tokens of context. A profile timed on the engine's batched forward (``cost.padded``) is priced
-    as the engine runs each step (``policies.batch_layout``): padded, every row at the widest row's
-    width, or packed, each row at its own, priced as a padded forward of the same tokens (its mean
-    width); a ragged profile scores each row at its own."""
+    as the engine runs each step (``policies.batch_layout``) over its slot axis (``slots``, at least
+    the longest context: the longest context where not given): padded, every row at the widest
+    row's width, or packed, each row at its own, with the attention and the cache moves each form
+    costs; a ragged profile scores each row at its own."""
     batch, context = len(widths), sum(contexts)
     if not getattr(cost, "padded", False):
         return cost.verify_s(max(widths), context / batch, batch, sum(widths), context)
-    if packs(widths):
-        return cost.verify_s(sum(widths) / batch, context / batch, batch, sum(widths), context)
-    return cost.verify_s(max(widths), context / batch, batch, batch * max(widths), context)
+    if batch == 1:
+        return cost.verify_s(widths[0], contexts[0])
+    slots = max(max(contexts), slots or 0)
+    packed = packs(widths, slots=slots)
+    tokens = scored(widths, packed)
+    return cost.verify_s(tokens / batch, slots, batch, tokens, batch * slots,
+                         attention_pairs(widths, slots, packed), moved_entries(widths, slots, packed))
 
 
-def verify_features(tokens: int, context_len: float, batch: int, batch_tokens: int, batch_context: float,
-                    knee: float) -> list[float]:
-    """The feature row of one forward, in VERIFY_FEATURES order."""
+def verify_features(tokens: float, context_len: float, batch: int, batch_tokens: int, batch_context: float,
+                    knee: float, pairs: float | None = None, moved: float = 0) -> list[float]:
+    """The feature row of one forward, in VERIFY_FEATURES order; ``pairs`` defaults to a padded
+    forward's (every row ``tokens`` wide over ``context_len`` slots)."""
+    pairs = batch_tokens * (context_len + tokens) if pairs is None else pairs
     return [tokens, 1.0 if batch_tokens > 1 else 0.0, context_len, batch, batch_tokens, batch_context,
-            max(0.0, batch_tokens - knee)]
+            max(0.0, batch_tokens - knee), pairs, moved, batch_context if tokens > 1 and batch > 1 else 0.0]
 
 
 def fit_linear(features: np.ndarray, seconds: np.ndarray) -> tuple[float, np.ndarray]:
@@ -109,10 +124,19 @@ class VerifyFit:
     max_rel_error: float  # worst |predicted - measured| / measured over the samples
 
 
+def sample_features(s: VerifySample, knee: float) -> list[float]:
+    """A profile sample's feature row: a packed sample's ``packed`` rows ``tokens`` wide, the rest one token."""
+    if not s.packed:
+        return verify_features(s.tokens, s.context_len, s.batch, s.batch * s.tokens, s.batch * s.context_len, knee)
+    widths = [s.tokens] * s.packed + [1] * (s.batch - s.packed)
+    return verify_features(sum(widths) / s.batch, s.context_len, s.batch, sum(widths), s.batch * s.context_len,
+                           knee, attention_pairs(widths, s.context_len, True), moved_entries(widths, s.context_len, True))
+
+
 def _design(samples: list[VerifySample], knee: float, use_batch: bool) -> np.ndarray:
     rows = []
     for s in samples:
-        row = verify_features(s.tokens, s.context_len, s.batch, s.batch * s.tokens, s.batch * s.context_len, knee)
+        row = sample_features(s, knee)
         if not use_batch:
             for name in BATCH_FEATURES:
                 row[VERIFY_FEATURES.index(name)] = 0.0
@@ -125,7 +149,7 @@ def fit_verify(samples: list[VerifySample] | tuple[VerifySample, ...]) -> Verify
     samples = list(samples)
     y = np.asarray([s.seconds for s in samples])
     use_batch = any(s.batch > 1 for s in samples)
-    total = sorted({s.batch * s.tokens for s in samples})
+    total = sorted({s.batch * s.tokens for s in samples if not s.packed})
     best = None
     for knee in [float("inf"), *total[:-1]]:
         x = _design(samples, knee, use_batch)
@@ -165,24 +189,26 @@ class FittedCostModel:
         w = self.verify.weights
         # batch-1 fast path: the cost of a t-token forward, minus its context term, precomputed
         line = [0.0] + [self._batch_cost(t, 0, 1, t, 0) for t in range(1, 257)]
-        self._base1, self._ctx1 = _measured_widths(line, self.measured, w["context_len"] + w["batch_context"])
+        self._base1, self._ctx1 = _measured_widths(line, self.measured, w["context_len"] + w["batch_context"]
+                                                   + w["attention_pairs"])
 
-    def _batch_cost(self, tokens: int, context_len: float, batch: int, batch_tokens: int,
-                    batch_context: float) -> float:
+    def _batch_cost(self, tokens: float, context_len: float, batch: int, batch_tokens: int,
+                    batch_context: float, pairs: float | None = None, moved: float = 0) -> float:
         w, v = self.verify.weights, self.verify
-        row = verify_features(tokens, context_len, batch, batch_tokens, batch_context, v.knee)
+        row = verify_features(tokens, context_len, batch, batch_tokens, batch_context, v.knee, pairs, moved)
         return v.intercept + sum(w[name] * x for name, x in zip(VERIFY_FEATURES, row))
 
     def prefill_s(self, prompt_tokens: int) -> float:
         v0, v1, v2 = self.prefill
         return v0 + v1 * prompt_tokens + v2 * prompt_tokens * prompt_tokens
 
-    def verify_s(self, tokens: int, context_len: int, batch: int = 1, batch_tokens: int | None = None,
-                 batch_context: int | None = None) -> float:
+    def verify_s(self, tokens: float, context_len: float, batch: int = 1, batch_tokens: int | None = None,
+                 batch_context: int | None = None, pairs: int | None = None, moved: int = 0) -> float:
         """Seconds of one forward; ``tokens`` is the per-sequence (padded) width k + 1.
 
         For a batch, ``context_len`` is the mean context; ``batch_tokens`` / ``batch_context`` default
-        to ``batch * tokens`` / ``batch * context_len``.
+        to ``batch * tokens`` / ``batch * context_len``, ``pairs`` to a padded forward's attention
+        pairs, ``moved`` (cache entries a packed forward moves) to none.
         """
         if batch == 1 and tokens < len(self._base1):
             return self._base1[tokens] + self._ctx1[tokens] * context_len
@@ -193,7 +219,7 @@ class FittedCostModel:
             )
         bt = batch * tokens if batch_tokens is None else batch_tokens
         bc = batch * context_len if batch_context is None else batch_context
-        return self._batch_cost(tokens, context_len, batch, bt, bc)
+        return self._batch_cost(tokens, context_len, batch, bt, bc, pairs, moved)
 
     def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float:
         """Seconds to draft ``k`` tokens (the longest draft in the batch) for ``batch`` sequences.

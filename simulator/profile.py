@@ -11,7 +11,8 @@ Sections:
 - ``prefill``     ``[{"prompt_tokens": n, "seconds": s}, ...]``
 - ``verify``      ``[{"tokens": k + 1, "context_len": c, "batch": b, "seconds": s}, ...]``: one target
                   forward over ``tokens`` tokens for each of ``batch`` sequences (``batch`` defaults
-                  to 1; a plain decode step is ``tokens = 1``)
+                  to 1; a plain decode step is ``tokens = 1``); ``"packed": d`` marks a packed
+                  forward where ``d`` of the rows are ``tokens`` wide and the others one token
 - ``draft``       ``{"<drafter>": {"per_token_s": s, "per_call_s": s0, "batched": true}}``
 - ``acceptance``  ``{"<class>": {"<drafter>": {"rate": a} | {"per_position": [...], "hit_rate": h}}}``
 - ``streams``     ``{"<class>": {"prompt": [ids], "output": [ids]}}``: a prompt's tokens and its greedy
@@ -43,6 +44,9 @@ class VerifySample:
     context_len: int  # tokens already in the KV cache of each sequence
     seconds: float  # wall time of the forward plus verification
     batch: int = 1  # sequences in the forward (continuous batching); 1 for today's engine
+    # a packed forward (policies.batch_layout) where this many rows are ``tokens`` wide and the rest
+    # one token; 0: padded, every row ``tokens`` wide
+    packed: int = 0
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,11 @@ def profile_from_dict(raw: object, source: str = "profile") -> Profile:
         raw, "prefill", source, {"prompt_tokens": ("int", 1), "seconds": ("float", 0)}, {})]
     verify = [VerifySample(**v) for v in _samples(
         raw, "verify", source, {"tokens": ("int", 1), "context_len": ("int", 0), "seconds": ("float", 0)},
-        {"batch": ("int", 1)})]
+        {"batch": ("int", 1), "packed": ("int", 0)})]
+    for i, v in enumerate(verify):
+        if v.packed >= v.batch or (v.packed and v.tokens == 1):
+            raise ValueError(f"{source}: verify[{i}].packed must name fewer rows than batch ({v.batch}), in a forward "
+                             f"more than one token wide, got packed={v.packed}, tokens={v.tokens}")
     draft = {}
     for name, spec in (raw.get("draft") or {}).items():
         path = f"{source}: draft.{name}"

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
+from policies.batch_layout import SlotAxis
 from simulator.cost_model import forward_verify_s
 
 
@@ -45,10 +46,10 @@ class TimedCost:
     def prefill_s(self, prompt_tokens: int) -> float:
         return self.timeline.factor(self.now()) * self.cost.prefill_s(prompt_tokens)
 
-    def verify_s(self, tokens: int, context_len: int, batch: int = 1, batch_tokens: int | None = None,
-                 batch_context: int | None = None) -> float:
+    def verify_s(self, tokens: float, context_len: float, batch: int = 1, batch_tokens: int | None = None,
+                 batch_context: int | None = None, pairs: int | None = None, moved: int = 0) -> float:
         return self.timeline.factor(self.now()) * self.cost.verify_s(tokens, context_len, batch, batch_tokens,
-                                                                     batch_context)
+                                                                     batch_context, pairs, moved)
 
     def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float:
         return self.timeline.factor(self.now()) * self.cost.draft_s(drafter, k, batch, batch_draft_tokens)
@@ -83,6 +84,27 @@ def forwards(steps: Sequence[dict]) -> list[list[dict]]:
     return groups
 
 
+def with_slots(groups: Sequence[list[dict]]) -> Iterator[tuple[list[dict], int]]:
+    """Each forward with the batched engine's slot axis when it ran (``policies.batch_layout.SlotAxis``),
+    followed from the records: the rows that stayed settle it, newcomers join it at the tokens they
+    held (a row's ``context_len`` counts the token the step feeds), and each forward widens it.
+
+    >>> rows = lambda *rs: [{"request_id": r, "context_len": c, "proposed": p} for r, c, p in rs]
+    >>> [slots for _, slots in with_slots([rows((1, 101, 8), (2, 51, 0)), rows((1, 103, 0), (2, 52, 0))])]
+    [100, 109]
+    """
+    axis, before = SlotAxis(), {}
+    for rows in groups:
+        now = {row.get("request_id"): row["context_len"] - 1 for row in rows}
+        axis.settle([held for request, held in now.items() if request in before])
+        for request, held in now.items():
+            if request not in before:
+                axis.join(held)
+        yield rows, axis.slots
+        axis.forward([row["proposed"] + 1 for row in rows])
+        before = now
+
+
 def timeline_from_steps(steps: Sequence[dict], cost, origin: float, window_s: float = 30.0,
                         min_steps: int = 10) -> list[tuple[float, float]]:
     """The speed a served run actually ran at, from its engine's step records (the telemetry store's
@@ -96,14 +118,15 @@ def timeline_from_steps(steps: Sequence[dict], cost, origin: float, window_s: fl
     measured: dict[int, float] = {}
     priced: dict[int, float] = {}
     counts: dict[int, int] = {}
-    for rows in forwards(steps):
+    for rows, slots in with_slots(forwards(steps)):
         offset = rows[0]["time"] - origin
         if offset < 0:
             continue
         window = int(offset // window_s)
         measured[window] = measured.get(window, 0.0) + rows[0]["verify_s"]
         widths = [row["proposed"] + 1 for row in rows]
-        priced[window] = priced.get(window, 0.0) + forward_verify_s(cost, widths, [row["context_len"] for row in rows])
+        priced[window] = priced.get(window, 0.0) + forward_verify_s(cost, widths, [row["context_len"] for row in rows],
+                                                                    slots)
         counts[window] = counts.get(window, 0) + 1
     points = []
     for window in sorted(counts):

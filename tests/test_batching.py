@@ -93,6 +93,8 @@ def test_each_rows_cache_after_unequal_rollbacks_matches_a_fresh_forward(layout)
     for step in range(12):
         inputs = [torch.randint(0, 64, (int(torch.randint(1, 6, (1,), generator=rng)),), generator=rng).tolist()
                   for _ in range(slots.rows)]
+        if step % 4 == 3:  # every row as wide: nothing to leave out, so auto pads
+            inputs = [tokens[:1] * 3 for tokens in inputs]
         logits = slots.extend(inputs)
         used.add(slots.last_layout)
         for row, tokens in enumerate(slots.tokens):  # every step, every row: as if it ran alone
@@ -110,7 +112,7 @@ def test_each_rows_cache_after_unequal_rollbacks_matches_a_fresh_forward(layout)
     logits = slots.extend(probe)
     for row, tokens in enumerate(slots.tokens):
         torch.testing.assert_close(logits[row], fresh_logits(model, tokens, len(probe[row])), rtol=1e-9, atol=1e-9)
-    # auto takes both forms on these ragged widths; the others keep to theirs
+    # auto takes both forms on these widths; the others keep to theirs
     assert used | {slots.last_layout} == ({"padded", "packed"} if layout == "auto" else {layout})
 
 

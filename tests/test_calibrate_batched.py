@@ -9,6 +9,7 @@ from adaptive_spec.calibrate import BATCH_CONTEXT_LENGTHS, BATCH_VERIFY_TOKENS, 
 from adaptive_spec.decoder import SpeculativeDecoder
 from adaptive_spec.drafters import NgramDrafter
 from adaptive_spec.prompts import Prompt
+from policies.batch_layout import SlotAxis
 from simulator.batching import BatchingReplica
 from simulator.cost_model import fit_cost_model
 from simulator.profile import profile_from_dict
@@ -26,9 +27,12 @@ def profile():
         return calibrate(decoder, PROMPTS, repeats=1, max_new_tokens=8, batch_sizes=[2, 4])
 
 
-def test_every_row_count_width_and_context_is_timed_and_marked_padded(profile):
+def test_every_row_count_width_context_and_layout_is_timed_and_marked(profile):
     batched = {(v["batch"], v["tokens"], v["context_len"]) for v in profile["verify"] if v["batch"] > 1}
     assert batched == {(b, t, c) for b in (2, 4) for t in BATCH_VERIFY_TOKENS for c in BATCH_CONTEXT_LENGTHS}
+    # and packed: one row drafting 8 or 2 beside one-token rows, and half the rows drafting 8
+    packed = {(v["batch"], v["tokens"], v["context_len"], v["packed"]) for v in profile["verify"] if v.get("packed")}
+    assert packed == {(b, t, c, d) for b in (2, 4) for t, d in ((9, 1), (3, 1), (9, b // 2)) for c in BATCH_CONTEXT_LENGTHS}
     assert all(v["seconds"] > 0 for v in profile["verify"])
     assert profile["metadata"]["batched_forward"] == "padded"
     cost = fit_cost_model(profile_from_dict(profile, "calibrated"))
@@ -51,15 +55,15 @@ def test_the_batching_replica_prices_unequal_drafts_as_the_engine_runs_them(padd
         raw["metadata"]["batched_forward"] = "padded"
     cost = fit_cost_model(profile_from_dict(raw, "roofline"))
     seen = []
-    replica = types.SimpleNamespace(cost=types.SimpleNamespace(
+    replica = types.SimpleNamespace(axis=SlotAxis(), cost=types.SimpleNamespace(
         padded=cost.padded, draft_s=lambda *a: 0.0,
-        verify_s=lambda tokens, context, batch, scored, contexts: seen.append((tokens, batch, scored)) or 1.0))
+        verify_s=lambda tokens, context, batch, scored, contexts, *attention: seen.append((tokens, batch, scored)) or 1.0))
     draft = lambda proposed: (None, types.SimpleNamespace(proposed=proposed))  # noqa: E731
     BatchingReplica.iteration_s(replica, [[None, None, 100]] * 3, [draft(8), draft(0), draft(2)], {})
-    BatchingReplica.iteration_s(replica, [[None, None, 100]] * 3, [draft(8), draft(8), draft(2)], {})
+    BatchingReplica.iteration_s(replica, [[None, None, 100]] * 3, [draft(8), draft(8), draft(7)], {})
     # widths 9, 1 and 3: few tokens beside the widest row, so the engine packs (each row its own,
-    # priced at their mean width); widths 9, 9 and 3 it pads (every row 9). A ragged profile: each its own
+    # priced at their mean width); widths 9, 9 and 8 it pads (every row 9). A ragged profile: each its own
     if padded:
         assert seen == [(13 / 3, 3, 13), (9, 3, 27)]
     else:
-        assert seen == [(9, 3, 13), (9, 3, 21)]
+        assert seen == [(9, 3, 13), (9, 3, 26)]

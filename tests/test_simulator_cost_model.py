@@ -98,3 +98,51 @@ def test_simulated_controllers_start_from_the_fitted_costs_as_the_engine_starts_
     assert policy.costs.plain_s() == pytest.approx(model.verify_s(1, 64))
     verify = policy.costs.verify_s_by_k(4)
     assert verify[4] == pytest.approx(model.verify_s(5, 64))  # a measured length, not the prior line
+
+
+def _attention_machine(widths, slots, packed):
+    """A CPU-like forward: per call, per scored token, the jump to multi-token, per query-key pair
+    and, when packed, per cache entry laid side by side."""
+    from policies.batch_layout import attention_pairs, moved_entries, scored
+
+    tokens = scored(widths, packed)
+    return (0.08 + 1.8e-3 * tokens + 7e-3 * (tokens > len(widths)) + 1.5e-6 * attention_pairs(widths, slots, packed)
+            + 7.5e-6 * moved_entries(widths, slots, packed))
+
+
+def test_packed_and_padded_forwards_are_priced_by_the_attention_each_computes():
+    """Calibrate's padded and packed samples at 64-512 slots teach the fit what a packed forward's
+    dense attention costs; it then prices forwards at slots it never saw, in the form the engine
+    takes for them (policies.batch_layout), where a fit by tokens alone prices every packed
+    forward alike."""
+    from policies.batch_layout import packs
+    from simulator.cost_model import forward_verify_s
+
+    samples = [{"tokens": t, "context_len": c, "seconds": _attention_machine([t], c, False)}
+               for t in (1, 2, 3, 5, 9) for c in (64, 256, 512)]
+    for batch in (2, 4, 8):
+        for context in (64, 256, 512):
+            for tokens in (1, 2, 3, 5, 9):
+                samples.append({"tokens": tokens, "context_len": context, "batch": batch,
+                                "seconds": _attention_machine([tokens] * batch, context, False)})
+            for tokens, drafting in ((9, 1), (3, 1), (9, batch // 2)):
+                if 0 < drafting < batch:
+                    widths = [tokens] * drafting + [1] * (batch - drafting)
+                    samples.append({"tokens": tokens, "context_len": context, "batch": batch, "packed": drafting,
+                                    "seconds": _attention_machine(widths, context, True)})
+    raw = {**cpu_like_profile(), "verify": samples,
+           "metadata": {"batched_forward": "padded"}}
+    model = fit_cost_model(profile_from_dict(raw))
+    assert model.verify.weights["attention_pairs"] > 0 and model.verify.weights["moved_entries"] > 0
+    for widths in ([9, 1, 1, 1, 1, 1, 1, 1], [9, 9, 9, 9, 1, 1, 1, 1], [5, 1], [9, 9, 9, 9, 9, 9, 9, 9]):
+        for slots in (100, 700, 1000):
+            truth = _attention_machine(widths, slots, packs(widths, slots=slots))
+            assert forward_verify_s(model, widths, [slots] * len(widths)) == pytest.approx(truth, rel=0.05), (widths, slots)
+    # the engine packs one drafting row beside a short cache and pads it beside a long one
+    assert packs([9] + [1] * 7, slots=100) and not packs([9] + [1] * 7, slots=4000)
+
+
+def test_a_packed_sample_must_leave_some_rows_one_token_wide():
+    bad = {**cpu_like_profile(), "verify": [{"tokens": 9, "context_len": 64, "batch": 2, "packed": 2, "seconds": 0.1}]}
+    with pytest.raises(ValueError, match=r"verify\[0\]\.packed"):
+        profile_from_dict(bad)

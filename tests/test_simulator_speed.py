@@ -88,7 +88,7 @@ def test_a_batched_runs_rows_of_one_step_are_priced_as_one_forward_in_the_engine
     class Padded:  # a forward costs by the tokens it scores (a profile of the engine's batched forward)
         padded = True
 
-        def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None):
+        def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None, pairs=None, moved=0):
             return 0.04 + 0.01 * (batch * tokens if batch_tokens is None else batch_tokens)
 
     origin = 1_000_000.0
@@ -204,3 +204,21 @@ def test_a_closed_loop_client_sends_its_next_request_once_it_has_heard_back():
     # the first answer reaches the client at 5.5 + 1 s; only then does the second go out
     assert table.finish_s[0] == pytest.approx(6.5)
     assert table.arrival_s[1] == pytest.approx(6.5) and table.finish_s[1] == pytest.approx(13.0)
+
+
+def test_the_engines_slot_axis_is_followed_from_the_step_records():
+    """A forward's price depends on the slots its attention spans: rebuilt from the records as the
+    engine keeps them (``SlotAxis``): a newcomer longer than the axis widens it, every forward
+    appends its widest row, and once invalid slots outnumber the longest row they are compacted."""
+    import doctest
+
+    import simulator.speed
+    from simulator.speed import with_slots
+
+    rows = lambda *rs: [{"request_id": r, "context_len": c, "proposed": p} for r, c, p in rs]  # noqa: E731
+    groups = [rows((1, 11, 8), (2, 6, 8)),  # request 1 holds 10 tokens, 2 holds 5: 10 slots
+              rows((1, 12, 8), (2, 7, 8)),  # both rejected every draft: 10 + 9 slots
+              rows((1, 13, 0), (2, 8, 0), (3, 41, 0)),  # 28 slots > 2 x 12 compact to 12; 40 joins: 40
+              rows((3, 42, 0))]  # 1 and 2 left: 41 slots, 41 held
+    assert [slots for _, slots in with_slots(groups)] == [10, 19, 40, 41]
+    assert doctest.testmod(simulator.speed).failed == 0

@@ -25,10 +25,10 @@ Two forms of the step's forward, the same logits (to rounding) and the same cach
   row's earlier new tokens only. A row that drafts then costs the others only its own tokens,
   which is what keeps rows that draft nothing (open-ended requests, the latency tail) fast
   beside rows that copy. Its attention spans every row's slots (a dense mask, not a varlen
-  kernel), so when most rows are as wide as the widest, padding costs less.
+  kernel), so beside long caches, or when most rows are as wide as the widest, padding costs less.
 
-``layout="auto"`` packs a step whose inputs fill at most ``PACKED_SHARE`` of the padded forward's
-tokens (``policies.batch_layout``, which the simulator's batching replica shares).
+``layout="auto"`` takes the form with less work at the cache's current slots
+(``policies.batch_layout``, which the simulator's batching replica shares).
 
 Attention windows computed from slot indices (sliding-window layers) would be wrong here, so
 models with them are refused.
@@ -71,8 +71,8 @@ class SlotCache:
         self.model = model
         self.layout = layout
         # a packed forward needs an attention that applies a 4-D additive mask as given
-        self._packs_masks = getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
-        if layout == "packed" and not self._packs_masks:
+        self.packs_masks = getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
+        if layout == "packed" and not self.packs_masks:
             raise InvalidParameterError("layout", layout, f"needs sdpa or eager attention, not "
                                         f"{getattr(model.config, '_attn_implementation', None)}")
         self.last_layout = "padded"  # the form of the last step's forward, and the tokens it scored
@@ -166,7 +166,7 @@ class SlotCache:
     # -- a step ------------------------------------------------------------------------------------
 
     def _packs(self, widths: list[int]) -> bool:
-        return self._packs_masks and packs(widths, self.layout)
+        return self.packs_masks and packs(widths, self.layout, self.slots)
 
     def scored(self, widths: list[int]) -> int:
         """Tokens a forward over rows ``widths`` tokens wide would score, in the form ``extend`` runs it."""
