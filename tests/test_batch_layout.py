@@ -65,3 +65,22 @@ def test_slot_axis_follows_the_engine_cache_through_joins_steps_rollbacks_and_le
             axis.settle([len(t) for t in cache.tokens])
         assert axis.slots == cache.slots
     assert compactions > 0  # the run reached the rule that shrinks the axis
+
+
+@pytest.mark.parametrize("profile", ["smollm2_cpu_batched.json", "smollm2_cpu_batched_test.json"])
+def test_the_rules_weights_are_what_this_machines_calibrations_fit(profile):
+    """The rule's weights stand for this CPU: each committed calibration's fit (attention pairs and
+    moved entries over a scored token) within 3x of them (batched timings here swing by +-10% a
+    sample, and the split between tokens and the knee moves with them)."""
+    from pathlib import Path
+
+    from policies.batch_layout import MOVED_WEIGHT, PAIR_WEIGHT
+    from simulator.cost_model import fit_cost_model
+    from simulator.profile import load_profile
+
+    loaded = load_profile(Path(__file__).parents[1] / "simulator" / "profiles" / profile)
+    assert any(s.packed for s in loaded.verify)  # calibrated with packed forwards
+    w = fit_cost_model(loaded).verify.weights
+    token = w["excess_tokens"] + w["batch_tokens"]
+    assert PAIR_WEIGHT / 3 < w["attention_pairs"] / token < PAIR_WEIGHT * 3
+    assert MOVED_WEIGHT / 3 < w["moved_entries"] / token < MOVED_WEIGHT * 3
