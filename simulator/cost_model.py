@@ -129,7 +129,7 @@ def sample_features(s: VerifySample, knee: float) -> list[float]:
     if not s.packed:
         return verify_features(s.tokens, s.context_len, s.batch, s.batch * s.tokens, s.batch * s.context_len, knee)
     widths = [s.tokens] * s.packed + [1] * (s.batch - s.packed)
-    return verify_features(sum(widths) / s.batch, s.context_len, s.batch, sum(widths), s.batch * s.context_len,
+    return verify_features(s.width, s.context_len, s.batch, sum(widths), s.batch * s.context_len,
                            knee, attention_pairs(widths, s.context_len, True), moved_entries(widths, s.context_len, True))
 
 

@@ -48,6 +48,11 @@ class VerifySample:
     # one token; 0: padded, every row ``tokens`` wide
     packed: int = 0
 
+    @property
+    def width(self) -> float:
+        """Tokens the forward scored per row: ``tokens``, or a packed forward's rows' mean."""
+        return (self.tokens * self.packed + self.batch - self.packed) / self.batch if self.packed else self.tokens
+
 
 @dataclass(frozen=True)
 class DraftCost:

@@ -153,9 +153,7 @@ def _step_costs(profile: Path | None, max_batch: int, model: str) -> tuple:
     if not any(s.batch > 1 for s in samples):
         raise InvalidParameterError("profile", str(profile), "has no batched steps; write one with "
                                     "`adaptive-spec calibrate --batch-sizes 2,4,8`")
-    # the cap prices a step by the tokens it scored per row: a packed sample's rows' mean width
-    return tuple((s.batch, (s.tokens * s.packed + s.batch - s.packed) / s.batch if s.packed else s.tokens,
-                  s.seconds, s.context_len) for s in samples)
+    return tuple((s.batch, s.width, s.seconds, s.context_len) for s in samples)  # the cap's width: tokens scored a row
 
 
 def _suffix_history(max_tokens: int, shared: bool):
