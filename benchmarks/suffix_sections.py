@@ -7,11 +7,12 @@ from pathlib import Path
 
 from adaptive_spec.paired import compare, ratio_cell
 from benchmarks.bench_sections import bench_section, kinds_of, per_round_of
-from benchmarks.results_kit import load, machine_line, provenance, table
+from benchmarks.results_kit import load, machine_line, provenance, ratio, table
 
 REPETITIVE = "suffix_repetitive.json"
 CORPUS = "suffix_corpus.json"
 LOOKUP = "suffix_lookup.json"
+CEILING = "suffix_ceiling.json"
 REPETITIVE_FILE = "benchmarks/corpus/repetitive.jsonl"
 CORPUS_FILE = "benchmarks/corpus/corpus.jsonl"
 TARGET_GAIN = 1.5  # adaptive-suffix over adaptive and over transformers' prompt lookup, repetitive workload
@@ -39,6 +40,8 @@ def suffix_section(results_dir: Path, dates: dict | None) -> str:
         parts.append(bench_section(results_dir, CORPUS, "Non-repetitive traffic", CORPUS_WHAT, dates, CORPUS_FILE)
                      .replace("## Non-repetitive traffic", "### Non-repetitive traffic"))
     parts += ["### Targets", targets(results_dir)]
+    if (results_dir / CEILING).exists():
+        parts += ["### The most any controller could gain here", ceiling_table(results_dir, dates)]
     if (results_dir / LOOKUP).exists():
         parts += ["### What a lookup costs", lookup_table(results_dir, dates)]
     return "\n\n".join(parts)
@@ -81,3 +84,48 @@ def lookup_table(results_dir: Path, dates: dict | None) -> str:
     return "\n\n".join([what, table(["history tokens", "memory MB", "typical: median / p99 / max ms",
                                      "most frequent 2-gram: median / p99 / max ms"], rows),
                         provenance(results_dir, [LOOKUP], dates, command, machine_line(data))])
+
+
+def ceiling_table(results_dir: Path, dates: dict | None) -> str:
+    """The hindsight ceiling of each drafter set (``benchmarks/suffix_ceiling.py``) beside the measured gain."""
+    data = load(results_dir, CEILING)
+    t, requests = data["total_s"], data["requests"]
+    tokens = sum(r["new_tokens"] for r in requests)
+    rows = [["`plain`", "-", f"{t['plain']:.1f}", f"{tokens / t['plain']:.1f}", "1.00×", "-"]]
+    for name, drafters in data["sets"].items():
+        steps = sum(r[name]["steps"] for r in requests)
+        rows.append([f"`{name}`", ", ".join(drafters), f"{t[name]:.1f}", f"{tokens / t[name]:.1f}",
+                     ratio(t["plain"], t[name]), f"{steps:,}"])
+    what = (f"The {data['split'] or 'whole'} split of `{data['prompts_file']}` ({len(requests)} prompts, {tokens:,} "
+            f"output tokens at up to {data['max_new_tokens']}). A greedy output is fixed before it is decoded, so "
+            "every drafter's proposal at every position of it, and what the target would accept of it, can be "
+            "computed in advance: the real drafters propose up to "
+            f"{data['max_k']} tokens at every position (`suffix` drafting from the earlier prompts' outputs, as in "
+            f"the run above), each choice is priced by the fitted costs of the profile `{data['profile']}` (verify by width and context, "
+            "`int8` per drafted token, prefill; lookups at their measured seconds per call), and dynamic "
+            "programming finds the cheapest sequence of steps: what a controller that knew every outcome in "
+            "advance would take. No controller does better with these drafters at these costs.")
+    ceiling_gain = t["adaptive"] / t["adaptive-suffix"]
+    bench = load(results_dir, REPETITIVE)
+    speed = {name: c["tokens_per_s"] / bench["configs"]["plain"]["tokens_per_s"] for name, c in bench["configs"].items()}
+    same = sum(p["token_ids"] == r["output"] for p, r in zip(bench["configs"]["plain"]["prompts"], data["collected"]))
+    right = data["first_token_right"]
+    share = {name: speed[name] / (t["plain"] / t[name]) for name in ("adaptive", "adaptive-suffix")}
+    needed = TARGET_GAIN * speed["adaptive"]
+    gain = "\n".join([
+        f"- The outputs are the run above's: {same} of {len(requests)} equal its `plain` outputs token for token.",
+        f"- Ceiling of `adaptive-suffix` over `adaptive`: **{ceiling_gain:.2f}×** (each with a perfect controller).",
+        f"- Measured, above: `adaptive` at {speed['adaptive']:.2f}× plain is {share['adaptive']:.0%} of its ceiling; "
+        f"`adaptive-suffix` at {speed['adaptive-suffix']:.2f}× is {share['adaptive-suffix']:.0%} of its own.",
+        f"- {TARGET_GAIN}× the measured `adaptive` is {needed:.2f}× plain: "
+        f"{needed / (t['plain'] / t['adaptive-suffix']):.0%} of `adaptive-suffix`'s ceiling.",
+        f"- Of the {right['positions']:,} positions, the first drafted token is right at {right['suffix']:,} for "
+        f"`suffix`, {right['ngram']:,} for `ngram` and {right['int8']:,} for `int8`. `suffix` is right where "
+        f"neither of the others is at only {right['suffix_only']:,}: most of what it repeats from past answers, "
+        "the others propose too (the record's keys are listed in the prompt)."])
+    command = (f".venv/bin/python -m benchmarks.suffix_ceiling --prompts {data['prompts_file']} --split {data['split']} "
+               f"--max-new-tokens {data['max_new_tokens']} --profile {data['profile']} --out benchmarks/results/{CEILING}\n"
+               f"# price the stored proposals again, with another profile:\n"
+               f".venv/bin/python -m benchmarks.suffix_ceiling --reprice benchmarks/results/{CEILING} --profile <profile.json>")
+    return "\n\n".join([what, table(["drafters", "may use", "seconds (priced)", "tok/s", "× plain", "steps"], rows),
+                        gain, provenance(results_dir, [CEILING], dates, command, machine_line(data))])

@@ -254,3 +254,17 @@ def test_the_tradeoff_run_renders_each_bound_and_its_comparisons_from_its_rounds
     path.write_text(json.dumps(data))
     assert "| `adaptive@0.15` | 30.0 [10.0, 99.0] |" in section()
     assert "2.50× [2.25, 2.75]" in section()
+
+
+def test_the_ceiling_section_follows_its_file_and_the_measured_run_beside_it(results_copy):
+    path = results_copy / "suffix_ceiling.json"
+    data = json.loads(path.read_text())
+    section = lambda: make_results.render(results_copy, results_kit.dates_in(COMMITTED)).split(
+        "### The most any controller could gain here")[1].split("\n## ")[0]
+    n = len(data["collected"])
+    assert f"{n} of {n} equal its `plain` outputs" in section()
+    data["total_s"]["adaptive-suffix"] = data["total_s"]["adaptive"] / 1.61  # a ceiling 1.61x above adaptive's
+    data["collected"][0]["output"] = data["collected"][0]["output"][:-1]  # no longer the run's output
+    path.write_text(json.dumps(data))
+    assert "over `adaptive`: **1.61×**" in section()
+    assert f"{n - 1} of {n} equal its `plain` outputs" in section()
