@@ -186,6 +186,45 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def measured_speedups(bench: dict, ids: list[str], configs: Sequence[str]) -> dict[str, list[float]]:
+    """Per prompt of ``ids``, each config's speed over plain in a ``bench`` result: plain's seconds over
+    the config's, round by round, the median of the rounds."""
+    block = bench["per_round"]
+    where = {pid: i for i, pid in enumerate(block["prompt_ids"])}
+    missing = [pid for pid in ids if pid not in where]
+    if missing:
+        raise ValueError(f"the measured run has no prompt {missing[0]!r}: it ran other prompts")
+    seconds = block["configs"]
+    return {c: [statistics.median(p / s for p, s in zip(seconds["plain"]["seconds"][where[pid]], seconds[c]["seconds"][where[pid]]))
+                for pid in ids] for c in configs}
+
+
+def plot(result: dict, bench: dict, path: Path) -> None:
+    """Per prompt, each controller's measured speed over plain beside its ceiling's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs = ("adaptive", "adaptive-suffix")
+    ids = [r["id"] for r in result["requests"]]
+    measured = measured_speedups(bench, ids, configs)
+    fig, axis = plt.subplots(figsize=(9, 4.5))
+    x = range(len(ids))
+    for config, color, shift in zip(configs, ("tab:gray", "tab:blue"), (-0.15, 0.15)):
+        ceiling = [r["plain_s"] / r[config]["seconds"] for r in result["requests"]]
+        xs = [i + shift for i in x]
+        axis.bar(xs, ceiling, width=0.3, color=color, alpha=0.3, label=f"{config}: ceiling")
+        axis.plot(xs, measured[config], "o", color=color, label=f"{config}: measured (median of rounds)")
+    axis.axhline(1.0, color="black", linewidth=0.8)
+    axis.set_xticks(list(x), [i.split("-")[-1] for i in ids], fontsize=8)
+    axis.set(xlabel="prompt (in stream order)", ylabel="speed over plain decoding",
+             title="Measured speed against the hindsight ceiling, per prompt")
+    axis.legend(loc="upper left", fontsize=8, ncols=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def machine_record() -> dict:
     import torch
     import transformers
@@ -205,7 +244,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here (with every proposal)")
     parser.add_argument("--reprice", type=Path, default=None,
                         help="a JSON this wrote: price its stored proposals with --profile instead of running the model")
+    parser.add_argument("--measured", type=Path, default=None,
+                        help="a `bench` result on the same prompts (with adaptive and adaptive-suffix): plotted beside the ceilings")
+    parser.add_argument("--plot", type=Path, default=None, help="write the per-prompt figure here (needs --measured)")
     args = parser.parse_args(argv)
+    if args.plot and not args.measured:
+        parser.error("--plot needs --measured: the figure sets the measured speeds beside the ceilings")
+    bench = None
+    if args.measured:
+        try:
+            bench = json.loads(args.measured.read_text())
+            bench["per_round"]["configs"]["adaptive-suffix"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            parser.error(f"--measured {args.measured}: not a `bench` result with adaptive-suffix ({e!r})")
     if args.max_new_tokens < 1 or args.max_k < 1:
         parser.error(f"--max-new-tokens and --max-k must be >= 1, got {args.max_new_tokens}, {args.max_k}")
     from adaptive_spec.models import load_model
@@ -234,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         machine = machine_record()
     result = ceilings(requests, cost)
     print(report(result))
+    if args.plot:
+        try:
+            plot(result, bench, args.plot)
+        except ValueError as e:
+            parser.error(f"--measured {args.measured}: {e}")
+        print(f"wrote {args.plot}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({

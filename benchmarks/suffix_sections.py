@@ -8,11 +8,13 @@ from pathlib import Path
 from adaptive_spec.paired import compare, ratio_cell
 from benchmarks.bench_sections import bench_section, kinds_of, per_round_of
 from benchmarks.results_kit import load, machine_line, provenance, ratio, table
+from benchmarks.suffix_ceiling import measured_speedups
 
 REPETITIVE = "suffix_repetitive.json"
 CORPUS = "suffix_corpus.json"
 LOOKUP = "suffix_lookup.json"
 CEILING = "suffix_ceiling.json"
+CEILING_PLOT = "suffix_ceiling.png"
 REPETITIVE_FILE = "benchmarks/corpus/repetitive.jsonl"
 CORPUS_FILE = "benchmarks/corpus/corpus.jsonl"
 TARGET_GAIN = 1.5  # adaptive-suffix over adaptive and over transformers' prompt lookup, repetitive workload
@@ -112,6 +114,8 @@ def ceiling_table(results_dir: Path, dates: dict | None) -> str:
     right = data["first_token_right"]
     share = {name: speed[name] / (t["plain"] / t[name]) for name in ("adaptive", "adaptive-suffix")}
     needed = TARGET_GAIN * speed["adaptive"]
+    per_prompt = measured_speedups(bench, [r["id"] for r in requests], ("adaptive", "adaptive-suffix"))
+    behind = [r["id"] for r, a, s in zip(requests, per_prompt["adaptive"], per_prompt["adaptive-suffix"]) if s < a]
     gain = "\n".join([
         f"- The outputs are the run above's: {same} of {len(requests)} equal its `plain` outputs token for token.",
         f"- Ceiling of `adaptive-suffix` over `adaptive`: **{ceiling_gain:.2f}×** (each with a perfect controller).",
@@ -122,10 +126,16 @@ def ceiling_table(results_dir: Path, dates: dict | None) -> str:
         f"- Of the {right['positions']:,} positions, the first drafted token is right at {right['suffix']:,} for "
         f"`suffix`, {right['ngram']:,} for `ngram` and {right['int8']:,} for `int8`. `suffix` is right where "
         f"neither of the others is at only {right['suffix_only']:,}: most of what it repeats from past answers, "
-        "the others propose too (the record's keys are listed in the prompt)."])
+        "the others propose too (the record's keys are listed in the prompt).",
+        f"- Per prompt (the figure, median of rounds), `adaptive-suffix` is behind `adaptive` on {len(behind)} of "
+        f"{len(requests)}" + (f": {', '.join(f'`{i}`' for i in behind)}." if behind else ".")])
     command = (f".venv/bin/python -m benchmarks.suffix_ceiling --prompts {data['prompts_file']} --split {data['split']} "
-               f"--max-new-tokens {data['max_new_tokens']} --profile {data['profile']} --out benchmarks/results/{CEILING}\n"
+               f"--max-new-tokens {data['max_new_tokens']} --profile {data['profile']} --out benchmarks/results/{CEILING} \\\n"
+               f"  --measured benchmarks/results/{REPETITIVE} --plot benchmarks/results/{CEILING_PLOT}\n"
                f"# price the stored proposals again, with another profile:\n"
                f".venv/bin/python -m benchmarks.suffix_ceiling --reprice benchmarks/results/{CEILING} --profile <profile.json>")
-    return "\n\n".join([what, table(["drafters", "may use", "seconds (priced)", "tok/s", "× plain", "steps"], rows),
-                        gain, provenance(results_dir, [CEILING], dates, command, machine_line(data))])
+    figure = (f"![measured speed against the ceiling, per prompt](results/{CEILING_PLOT})"
+              if (results_dir / CEILING_PLOT).exists() else "")
+    parts = [what, table(["drafters", "may use", "seconds (priced)", "tok/s", "× plain", "steps"], rows), gain, figure,
+             provenance(results_dir, [CEILING], dates, command, machine_line(data))]
+    return "\n\n".join(p for p in parts if p)

@@ -161,3 +161,42 @@ def test_collect_runs_every_drafter_at_every_position_of_the_plain_output():
     # the second request drafts from the first one's answer: its suffix drafts are right more often
     first, second = (first_token_right([r])["suffix"] for r in requests)
     assert second > first
+
+
+def test_measured_speedups_are_plain_over_config_per_round_then_the_median():
+    from benchmarks.suffix_ceiling import measured_speedups
+
+    bench = {"per_round": {"prompt_ids": ["a", "b"], "configs": {
+        "plain": {"seconds": [[2.0, 2.0, 2.0], [3.0, 3.0, 3.0]]},
+        "adaptive": {"seconds": [[1.0, 2.0, 0.5], [3.0, 1.5, 3.0]]}}}}
+    assert measured_speedups(bench, ["b", "a"], ["adaptive"]) == {"adaptive": [1.0, 2.0]}
+    with pytest.raises(ValueError, match="no prompt 'c'"):
+        measured_speedups(bench, ["c"], ["adaptive"])
+
+
+def test_the_command_prices_stored_proposals_again_and_plots_them(tmp_path, capsys):
+    from benchmarks.suffix_ceiling import main
+
+    saved = {"prompts_file": "p.jsonl", "split": "test", "max_new_tokens": 20, "max_k": 8,
+             "machine": {"cpus": 2}, "collected": fake_requests(0, n_requests=2)}
+    stored = tmp_path / "ceiling.json"
+    stored.write_text(__import__("json").dumps(saved))
+    ids = [r["id"] for r in saved["collected"]]
+    bench = {"per_round": {"prompt_ids": ids, "configs": {
+        name: {"seconds": [[s] * 3 for s in seconds]} for name, seconds in
+        (("plain", (2.0, 2.0)), ("adaptive", (1.5, 1.6)), ("adaptive-suffix", (1.0, 1.2)))}}}
+    measured = tmp_path / "bench.json"
+    measured.write_text(__import__("json").dumps(bench))
+    out, png = tmp_path / "again.json", tmp_path / "ceiling.png"
+    assert main(["--reprice", str(stored), "--measured", str(measured), "--plot", str(png), "--out", str(out)]) == 0
+    again = __import__("json").loads(out.read_text())
+    assert again["collected"] == saved["collected"] and again["max_k"] == 8
+    assert again["total_s"]["adaptive-suffix"] <= again["total_s"]["plain"]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "ceiling of adaptive-suffix over adaptive" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--reprice", str(stored), "--plot", str(png)])
+    assert "--plot needs --measured" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--reprice", str(measured)])
+    assert "not a JSON written by this benchmark" in capsys.readouterr().err
