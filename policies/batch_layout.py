@@ -3,15 +3,14 @@
 Shared by the engine and the simulator's batching replica, so that the replica prices the forward
 the engine runs, over the slot axis the engine keeps (``SlotAxis``). Torch-free.
 
-- padded: ``rows x width`` tokens, ``width`` the widest row's, so one row's draft widens every row;
-  each query attends its own row's ``slots``;
-- packed: each row's own tokens only, one sequence, a mask keeping rows apart. Its attention is
-  dense: every query meets every row's slots, and laying the rows' caches side by side moves each
-  of them. Cheap beside short caches, dearer than padding beside long ones
-  (``benchmarks/packed_forward.py`` measures both).
+- padded: ``rows x width`` tokens through the model, ``width`` the widest row's, so one row's draft
+  widens every row;
+- packed: each row's own tokens only through the model; in attention they are spread back into
+  the ``rows x width`` grid, so both forms compute the same attention over the same slots.
 
-``layout="auto"`` takes the form with less work, counted in scored tokens, query-key pairs and
-cache entries moved, each weighted by what it cost on this project's CPU (``WEIGHTS``).
+Packing then saves the tokens a padded forward adds and costs nothing the padded one does not, so
+``layout="auto"`` packs exactly when the rows' widths differ (``benchmarks/packed_forward.py``
+measures both).
 """
 
 from __future__ import annotations
@@ -19,11 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 LAYOUTS = ("auto", "padded", "packed")
-# seconds of one query-key pair and of one cache entry laid side by side (packed only), each over
-# one more scored token's: the weights simulator.cost_model fits on calibrate's padded and packed
-# samples of the embedded model on CPU (attention_pairs, moved_entries over excess_tokens)
-PAIR_WEIGHT = 6.3e-4
-MOVED_WEIGHT = 8.7e-3
 
 
 def scored(widths: Sequence[int], packed: bool) -> int:
@@ -31,39 +25,25 @@ def scored(widths: Sequence[int], packed: bool) -> int:
     return sum(widths) if packed else len(widths) * max(widths)
 
 
-def attention_pairs(widths: Sequence[int], slots: int, packed: bool) -> int:
-    """Query-key pairs the forward's attention computes over rows holding ``slots`` slots each."""
-    tokens = scored(widths, packed)
-    keys = len(widths) * slots + tokens if packed else slots + max(widths)
-    return tokens * keys
+def attention_pairs(widths: Sequence[int], slots: int) -> int:
+    """Query-key pairs the forward's attention computes over rows holding ``slots`` slots each: every
+    row's ``width`` queries (the widest row's, in either form) over its slots and the new ones."""
+    width = max(widths)
+    return len(widths) * width * (slots + width)
 
 
-def moved_entries(widths: Sequence[int], slots: int, packed: bool) -> int:
-    """Cache entries a packed forward lays side by side (none when padded)."""
-    return len(widths) * slots if packed else 0
-
-
-def work(widths: Sequence[int], slots: int, packed: bool) -> float:
-    """The forward's work in scored tokens' worth (the weights above)."""
-    return (scored(widths, packed) + PAIR_WEIGHT * attention_pairs(widths, slots, packed)
-            + MOVED_WEIGHT * moved_entries(widths, slots, packed))
-
-
-def packs(widths: Sequence[int], layout: str = "auto", slots: int = 0) -> bool:
-    """Whether a forward over rows ``widths`` tokens wide, each row holding ``slots`` slots, is packed
-    under ``layout``."""
+def packs(widths: Sequence[int], layout: str = "auto") -> bool:
+    """Whether a forward over rows ``widths`` tokens wide is packed under ``layout``."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got layout={layout!r}")
     if layout != "auto":
         return layout == "packed"
-    if len(widths) < 2 or max(widths) == 1 or min(widths) == max(widths):
-        return False  # nothing to leave out
-    return work(widths, slots, True) < work(widths, slots, False)
+    return len(widths) > 1 and min(widths) < max(widths)  # unequal rows: the padded form adds tokens
 
 
-def scored_tokens(widths: Sequence[int], layout: str = "auto", slots: int = 0) -> int:
+def scored_tokens(widths: Sequence[int], layout: str = "auto") -> int:
     """Tokens the forward scores in the form ``layout`` gives it."""
-    return scored(widths, packs(widths, layout, slots))
+    return scored(widths, packs(widths, layout))
 
 
 class SlotAxis:

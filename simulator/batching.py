@@ -160,7 +160,7 @@ class BatchingReplica(Replica):
 
     def scored(self, widths: list[int]) -> int:
         """Tokens a forward over rows ``widths`` wide scores, as the profile's forward ran."""
-        return scored_tokens(widths, slots=self.axis.slots) if getattr(self.cost, "padded", False) else sum(widths)
+        return scored_tokens(widths) if getattr(self.cost, "padded", False) else sum(widths)
 
     def admit(self, running: int) -> tuple[list, float]:
         """The requests whose whole prompt goes in this iteration, and the seconds of the prefill

@@ -9,16 +9,14 @@ Verify forward (one target pass over ``tokens`` = k + 1 tokens for each of ``bat
 
     verify_s = w0 + w1 tokens + w2 multi_token + w3 context_len + w4 batch
                   + w5 batch_tokens + w6 batch_context + w7 max(0, batch_tokens - knee)
-                  + w8 attention_pairs + w9 moved_entries + w10 wide_context
+                  + w8 attention_pairs + w9 wide_context
 
 - ``multi_token`` (batch_tokens > 1): with more than one row of activations the forward switches
   from matrix-vector to matrix-matrix kernels; on this project's CPU a 2-16 token forward costs
   ~2x a 1-token one, nearly flat after the jump.
 - ``batch_tokens`` = tokens verified across the whole batch; ``batch_context`` = KV entries read.
-- ``attention_pairs``: query-key pairs the attention computes, and ``moved_entries``: cache entries
-  a packed forward lays side by side (``policies.batch_layout``). A packed forward's dense attention
-  meets every row's cache, so beside long caches it costs far more than its tokens say; a padded
-  one's grows with its width times its slots. ``wide_context`` (``batch_context`` of a batched
+- ``attention_pairs``: query-key pairs the attention computes (``policies.batch_layout``): in either
+  form of a batched forward, its rows times its widest row's width times its slots. ``wide_context`` (``batch_context`` of a batched
   forward more than one token wide): the attention then takes its masked path over every slot,
   measured dearer than a one-token step's beyond what the pairs say.
 - ``max(0, batch_tokens - knee)`` is the roofline: below the knee a forward is memory-bound
@@ -52,14 +50,14 @@ from typing import Protocol
 
 import numpy as np
 
-from policies.batch_layout import attention_pairs, moved_entries, packs, scored
+from policies.batch_layout import attention_pairs, packs, scored
 from simulator.profile import DraftCost, PrefillSample, Profile, VerifySample
 
 VERIFY_FEATURES = (
     "tokens", "multi_token", "context_len", "batch", "batch_tokens", "batch_context", "excess_tokens",
-    "attention_pairs", "moved_entries", "wide_context",
+    "attention_pairs", "wide_context",
 )
-BATCH_FEATURES = ("batch", "batch_tokens", "batch_context", "moved_entries", "wide_context")
+BATCH_FEATURES = ("batch", "batch_tokens", "batch_context", "wide_context")
 
 
 class CostModel(Protocol):
@@ -68,7 +66,7 @@ class CostModel(Protocol):
     def prefill_s(self, prompt_tokens: int) -> float: ...
 
     def verify_s(self, tokens: int, context_len: int, batch: int = 1, batch_tokens: int | None = None,
-                 batch_context: int | None = None, pairs: int | None = None, moved: int = 0) -> float: ...
+                 batch_context: int | None = None, pairs: int | None = None) -> float: ...
 
     def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float: ...
 
@@ -78,27 +76,25 @@ def forward_verify_s(cost, widths: Sequence[int], contexts: Sequence[float], slo
     tokens of context. A profile timed on the engine's batched forward (``cost.padded``) is priced
     as the engine runs each step (``policies.batch_layout``) over its slot axis (``slots``, at least
     the longest context: the longest context where not given): padded, every row at the widest
-    row's width, or packed, each row at its own, with the attention and the cache moves each form
-    costs; a ragged profile scores each row at its own."""
+    row's width, or packed, each row at its own, with the attention both forms compute; a ragged
+    profile scores each row at its own."""
     batch, context = len(widths), sum(contexts)
     if not getattr(cost, "padded", False):
         return cost.verify_s(max(widths), context / batch, batch, sum(widths), context)
     if batch == 1:
         return cost.verify_s(widths[0], contexts[0])
     slots = max(max(contexts), slots or 0)
-    packed = packs(widths, slots=slots)
-    tokens = scored(widths, packed)
-    return cost.verify_s(tokens / batch, slots, batch, tokens, batch * slots,
-                         attention_pairs(widths, slots, packed), moved_entries(widths, slots, packed))
+    tokens = scored(widths, packs(widths))
+    return cost.verify_s(tokens / batch, slots, batch, tokens, batch * slots, attention_pairs(widths, slots))
 
 
 def verify_features(tokens: float, context_len: float, batch: int, batch_tokens: int, batch_context: float,
-                    knee: float, pairs: float | None = None, moved: float = 0) -> list[float]:
+                    knee: float, pairs: float | None = None) -> list[float]:
     """The feature row of one forward, in VERIFY_FEATURES order; ``pairs`` defaults to a padded
     forward's (every row ``tokens`` wide over ``context_len`` slots)."""
     pairs = batch_tokens * (context_len + tokens) if pairs is None else pairs
     return [tokens, 1.0 if batch_tokens > 1 else 0.0, context_len, batch, batch_tokens, batch_context,
-            max(0.0, batch_tokens - knee), pairs, moved, batch_context if tokens > 1 and batch > 1 else 0.0]
+            max(0.0, batch_tokens - knee), pairs, batch_context if tokens > 1 and batch > 1 else 0.0]
 
 
 def fit_linear(features: np.ndarray, seconds: np.ndarray) -> tuple[float, np.ndarray]:
@@ -130,7 +126,7 @@ def sample_features(s: VerifySample, knee: float) -> list[float]:
         return verify_features(s.tokens, s.context_len, s.batch, s.batch * s.tokens, s.batch * s.context_len, knee)
     widths = [s.tokens] * s.packed + [1] * (s.batch - s.packed)
     return verify_features(s.width, s.context_len, s.batch, sum(widths), s.batch * s.context_len,
-                           knee, attention_pairs(widths, s.context_len, True), moved_entries(widths, s.context_len, True))
+                           knee, attention_pairs(widths, s.context_len))
 
 
 def _design(samples: list[VerifySample], knee: float, use_batch: bool) -> np.ndarray:
@@ -193,9 +189,9 @@ class FittedCostModel:
                                                    + w["attention_pairs"])
 
     def _batch_cost(self, tokens: float, context_len: float, batch: int, batch_tokens: int,
-                    batch_context: float, pairs: float | None = None, moved: float = 0) -> float:
+                    batch_context: float, pairs: float | None = None) -> float:
         w, v = self.verify.weights, self.verify
-        row = verify_features(tokens, context_len, batch, batch_tokens, batch_context, v.knee, pairs, moved)
+        row = verify_features(tokens, context_len, batch, batch_tokens, batch_context, v.knee, pairs)
         return v.intercept + sum(w[name] * x for name, x in zip(VERIFY_FEATURES, row))
 
     def prefill_s(self, prompt_tokens: int) -> float:
@@ -203,12 +199,12 @@ class FittedCostModel:
         return v0 + v1 * prompt_tokens + v2 * prompt_tokens * prompt_tokens
 
     def verify_s(self, tokens: float, context_len: float, batch: int = 1, batch_tokens: int | None = None,
-                 batch_context: int | None = None, pairs: int | None = None, moved: int = 0) -> float:
+                 batch_context: int | None = None, pairs: int | None = None) -> float:
         """Seconds of one forward; ``tokens`` is the per-sequence (padded) width k + 1.
 
         For a batch, ``context_len`` is the mean context; ``batch_tokens`` / ``batch_context`` default
         to ``batch * tokens`` / ``batch * context_len``, ``pairs`` to a padded forward's attention
-        pairs, ``moved`` (cache entries a packed forward moves) to none.
+        pairs.
         """
         if batch == 1 and tokens < len(self._base1):
             return self._base1[tokens] + self._ctx1[tokens] * context_len
@@ -219,7 +215,7 @@ class FittedCostModel:
             )
         bt = batch * tokens if batch_tokens is None else batch_tokens
         bc = batch * context_len if batch_context is None else batch_context
-        return self._batch_cost(tokens, context_len, batch, bt, bc, pairs, moved)
+        return self._batch_cost(tokens, context_len, batch, bt, bc, pairs)
 
     def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float:
         """Seconds to draft ``k`` tokens (the longest draft in the batch) for ``batch`` sequences.

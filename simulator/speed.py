@@ -47,9 +47,9 @@ class TimedCost:
         return self.timeline.factor(self.now()) * self.cost.prefill_s(prompt_tokens)
 
     def verify_s(self, tokens: float, context_len: float, batch: int = 1, batch_tokens: int | None = None,
-                 batch_context: int | None = None, pairs: int | None = None, moved: int = 0) -> float:
+                 batch_context: int | None = None, pairs: int | None = None) -> float:
         return self.timeline.factor(self.now()) * self.cost.verify_s(tokens, context_len, batch, batch_tokens,
-                                                                     batch_context, pairs, moved)
+                                                                     batch_context, pairs)
 
     def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float:
         return self.timeline.factor(self.now()) * self.cost.draft_s(drafter, k, batch, batch_draft_tokens)

@@ -79,7 +79,7 @@ class FixedCost:
     def prefill_s(self, prompt_tokens):
         return 1.0
 
-    def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None, pairs=None, moved=0):
+    def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None, pairs=None):
         return 0.5
 
     def draft_s(self, drafter, k, batch=1, batch_draft_tokens=None):

@@ -3,30 +3,22 @@
 import random
 
 import pytest
-from policies.batch_layout import SlotAxis, attention_pairs, moved_entries, packs, scored_tokens, work
+from policies.batch_layout import SlotAxis, attention_pairs, packs, scored_tokens
 
 
-def test_auto_packs_beside_short_caches_and_pads_beside_long_ones():
+def test_auto_packs_exactly_when_the_rows_widths_differ():
     one_drafting = [9, 1, 1, 1, 1, 1, 1, 1]
-    assert packs(one_drafting, slots=64) and scored_tokens(one_drafting, slots=64) == 16
-    # every query of a packed forward meets every row's cache: beside long caches padding is cheaper
-    assert not packs(one_drafting, slots=4000) and scored_tokens(one_drafting, slots=4000) == 72
-    assert not packs([9] * 7 + [1], slots=512)  # 64 of 72 tokens: little to leave out, much to attend
-    assert not packs([1, 1, 1], slots=64) and not packs([9], slots=64) and not packs([5, 5], slots=64)
+    assert packs(one_drafting) and scored_tokens(one_drafting) == 16
+    assert packs([9] * 7 + [1]) and scored_tokens([9] * 7 + [1]) == 64
+    # nothing to leave out: one row, one-token rows, rows all as wide
+    assert not packs([1, 1, 1]) and not packs([9]) and not packs([5, 5])
+    assert scored_tokens([5, 5]) == 10 and scored_tokens([1, 1, 1]) == 3
 
 
-def test_the_rule_takes_the_form_with_less_work():
-    for widths in ([9, 1], [9, 1, 1, 1], [5, 5, 1, 1], [9, 9, 9, 9, 9, 9, 9, 1], [3, 1, 1, 1, 1, 1, 1, 1]):
-        for slots in (16, 128, 512, 2048):
-            assert packs(widths, slots=slots) == (work(widths, slots, True) < work(widths, slots, False))
-
-
-def test_attention_pairs_and_moved_entries_count_what_each_form_computes():
-    # padded: 2 rows x 9 queries, each over its row's 100 slots and the step's 9
-    assert attention_pairs([9, 1], 100, packed=False) == 2 * 9 * 109
-    # packed: 10 queries, each over both rows' 100 slots and the step's 10 tokens
-    assert attention_pairs([9, 1], 100, packed=True) == 10 * 210
-    assert moved_entries([9, 1], 100, packed=True) == 200 and moved_entries([9, 1], 100, packed=False) == 0
+def test_attention_pairs_are_the_grid_of_rows_by_the_widest_width_in_either_form():
+    # 2 rows x 9 queries, each over its row's 100 slots and the step's 9 new ones
+    assert attention_pairs([9, 1], 100) == 2 * 9 * 109
+    assert attention_pairs([1, 1, 1], 50) == 3 * 1 * 51
 
 
 def test_a_fixed_layout_is_kept_and_an_unknown_one_refused_by_name():
@@ -68,19 +60,23 @@ def test_slot_axis_follows_the_engine_cache_through_joins_steps_rollbacks_and_le
 
 
 @pytest.mark.parametrize("profile", ["smollm2_cpu_batched.json", "smollm2_cpu_batched_test.json"])
-def test_the_rules_weights_are_what_this_machines_calibrations_fit(profile):
-    """The rule's weights stand for this CPU: each committed calibration's fit (attention pairs and
-    moved entries over a scored token) within 3x of them (batched timings here swing by +-10% a
-    sample, and the split between tokens and the knee moves with them)."""
+def test_each_calibration_of_this_machine_prices_packing_below_padding(profile):
+    """The rule packs unequal rows because a packed forward computes a padded one's attention over
+    fewer tokens: each committed calibration of this CPU (with packed forwards timed) must agree,
+    pricing every packed sample's shape below the same rows padded."""
     from pathlib import Path
 
-    from policies.batch_layout import MOVED_WEIGHT, PAIR_WEIGHT
     from simulator.cost_model import fit_cost_model
     from simulator.profile import load_profile
 
     loaded = load_profile(Path(__file__).parents[1] / "simulator" / "profiles" / profile)
-    assert any(s.packed for s in loaded.verify)  # calibrated with packed forwards
-    w = fit_cost_model(loaded).verify.weights
-    token = w["excess_tokens"] + w["batch_tokens"]
-    assert PAIR_WEIGHT / 3 < w["attention_pairs"] / token < PAIR_WEIGHT * 3
-    assert MOVED_WEIGHT / 3 < w["moved_entries"] / token < MOVED_WEIGHT * 3
+    packed = [s for s in loaded.verify if s.packed]
+    assert packed  # calibrated with packed forwards
+    cost = fit_cost_model(loaded)
+    for s in packed:
+        widths = [s.tokens] * s.packed + [1] * (s.batch - s.packed)
+        tokens = sum(widths)
+        as_packed = cost.verify_s(tokens / s.batch, s.context_len, s.batch, tokens, s.batch * s.context_len,
+                                  attention_pairs(widths, s.context_len))
+        as_padded = cost.verify_s(s.tokens, s.context_len, s.batch)
+        assert as_packed < as_padded, (s, as_packed, as_padded)

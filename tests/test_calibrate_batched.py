@@ -60,10 +60,10 @@ def test_the_batching_replica_prices_unequal_drafts_as_the_engine_runs_them(padd
         verify_s=lambda tokens, context, batch, scored, contexts, *attention: seen.append((tokens, batch, scored)) or 1.0))
     draft = lambda proposed: (None, types.SimpleNamespace(proposed=proposed))  # noqa: E731
     BatchingReplica.iteration_s(replica, [[None, None, 100]] * 3, [draft(8), draft(0), draft(2)], {})
-    BatchingReplica.iteration_s(replica, [[None, None, 100]] * 3, [draft(8), draft(8), draft(7)], {})
-    # widths 9, 1 and 3: few tokens beside the widest row, so the engine packs (each row its own,
-    # priced at their mean width); widths 9, 9 and 8 it pads (every row 9). A ragged profile: each its own
+    BatchingReplica.iteration_s(replica, [[None, None, 100]] * 3, [draft(8), draft(8), draft(8)], {})
+    # widths 9, 1 and 3 differ, so the engine packs (each row its own, priced at their mean width);
+    # widths 9, 9 and 9 are one form or the other alike (every row 9). A ragged profile: each its own
     if padded:
         assert seen == [(13 / 3, 3, 13), (9, 3, 27)]
     else:
-        assert seen == [(9, 3, 13), (9, 3, 26)]
+        assert seen == [(9, 3, 13), (9, 3, 27)]

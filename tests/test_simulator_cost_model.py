@@ -101,20 +101,18 @@ def test_simulated_controllers_start_from_the_fitted_costs_as_the_engine_starts_
 
 
 def _attention_machine(widths, slots, packed):
-    """A CPU-like forward: per call, per scored token, the jump to multi-token, per query-key pair
-    and, when packed, per cache entry laid side by side."""
-    from policies.batch_layout import attention_pairs, moved_entries, scored
+    """A CPU-like forward: per call, per scored token, the jump to multi-token, per query-key pair."""
+    from policies.batch_layout import attention_pairs, scored
 
     tokens = scored(widths, packed)
-    return (0.08 + 1.8e-3 * tokens + 7e-3 * (tokens > len(widths)) + 1.5e-6 * attention_pairs(widths, slots, packed)
-            + 7.5e-6 * moved_entries(widths, slots, packed))
+    return 0.08 + 1.8e-3 * tokens + 7e-3 * (tokens > len(widths)) + 1.5e-6 * attention_pairs(widths, slots)
 
 
 def test_packed_and_padded_forwards_are_priced_by_the_attention_each_computes():
-    """Calibrate's padded and packed samples at 64-512 slots teach the fit what a packed forward's
-    dense attention costs; it then prices forwards at slots it never saw, in the form the engine
-    takes for them (policies.batch_layout), where a fit by tokens alone prices every packed
-    forward alike."""
+    """Calibrate's padded and packed samples at 64-512 slots teach the fit what a forward's attention
+    costs beside its tokens; it then prices forwards at slots it never saw, in the form the engine
+    takes for them (policies.batch_layout): a packed forward's tokens are its rows' own, its
+    attention the padded grid's."""
     from policies.batch_layout import packs
     from simulator.cost_model import forward_verify_s
 
@@ -133,13 +131,15 @@ def test_packed_and_padded_forwards_are_priced_by_the_attention_each_computes():
     raw = {**cpu_like_profile(), "verify": samples,
            "metadata": {"batched_forward": "padded"}}
     model = fit_cost_model(profile_from_dict(raw))
-    assert model.verify.weights["attention_pairs"] > 0 and model.verify.weights["moved_entries"] > 0
+    assert model.verify.weights["attention_pairs"] > 0
     for widths in ([9, 1, 1, 1, 1, 1, 1, 1], [9, 9, 9, 9, 1, 1, 1, 1], [5, 1], [9, 9, 9, 9, 9, 9, 9, 9]):
         for slots in (100, 700, 1000):
-            truth = _attention_machine(widths, slots, packs(widths, slots=slots))
+            truth = _attention_machine(widths, slots, packs(widths))
             assert forward_verify_s(model, widths, [slots] * len(widths)) == pytest.approx(truth, rel=0.05), (widths, slots)
-    # the engine packs one drafting row beside a short cache and pads it beside a long one
-    assert packs([9] + [1] * 7, slots=100) and not packs([9] + [1] * 7, slots=4000)
+    # packed prices below padded for the same unequal rows, at every context: its tokens are fewer
+    for slots in (100, 4000):
+        widths = [9] + [1] * 7
+        assert forward_verify_s(model, widths, [slots] * 8) < model.verify_s(9, slots, 8)
 
 
 def test_a_packed_sample_must_leave_some_rows_one_token_wide():

@@ -81,20 +81,20 @@ def test_a_runs_speed_is_read_from_its_step_records_window_by_window():
         timeline_from_steps(steps, Priced(), origin, window_s=0)
 
 
-@pytest.mark.parametrize("second_row_drafts, scored", [(3, 2 * 5), (0, 5 + 1)], ids=["padded", "packed"])
+@pytest.mark.parametrize("second_row_drafts, scored", [(4, 2 * 5), (0, 5 + 1)], ids=["padded", "packed"])
 def test_a_batched_runs_rows_of_one_step_are_priced_as_one_forward_in_the_engines_form(second_row_drafts, scored):
     from simulator.speed import timeline_from_steps
 
     class Padded:  # a forward costs by the tokens it scores (a profile of the engine's batched forward)
         padded = True
 
-        def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None, pairs=None, moved=0):
+        def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None, pairs=None):
             return 0.04 + 0.01 * (batch * tokens if batch_tokens is None else batch_tokens)
 
     origin = 1_000_000.0
     steps = []
-    # two requests decoding together, one drafting 4 tokens: beside one drafting 3 the engine pads
-    # (every row 5 wide), beside a plain one it packs (each row its own tokens, policies.batch_layout)
+    # two requests decoding together, one drafting 4 tokens: beside another drafting 4 the rows are
+    # as wide (padded, 5 each), beside a plain one it packs (each row its own tokens, policies.batch_layout)
     for t in range(40):
         shared = {"time": origin + t + 0.001, "draft_s": 0.002, "verify_s": 1.2 * (0.04 + 0.01 * scored)}
         steps += [{**shared, "request_id": 1, "proposed": 4, "context_len": 100},

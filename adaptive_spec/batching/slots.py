@@ -20,12 +20,15 @@ Two forms of the step's forward, the same logits (to rounding) and the same cach
 
 - padded: ``rows x width`` tokens, ``width`` the widest row's input, so one row's draft makes every
   row's step as wide;
-- packed: only each row's own tokens, one after another in a single sequence; the rows' caches
-  side by side in one, and a 4-D mask lets each token see its own row's valid slots and its own
-  row's earlier new tokens only. A row that drafts then costs the others only its own tokens,
-  which is what keeps rows that draft nothing (open-ended requests, the latency tail) fast
-  beside rows that copy. Its attention spans every row's slots (a dense mask, not a varlen
-  kernel), so beside long caches, or when most rows are as wide as the widest, padding costs less.
+- packed: only each row's own tokens go through the model, one after another in a single
+  sequence; in attention alone they are spread back into their rows (a ``rows x width`` grid,
+  the cache's own layout) and attend as in the padded form: their own row's valid slots and
+  their own row's earlier new tokens. The projections and MLP, most of a forward's work, then
+  cost a row that drafts nothing only its one token, which keeps rows that draft nothing
+  (open-ended requests, the latency tail) fast beside rows that copy; the cache is never copied
+  into another layout. It needs transformers' ``sdpa`` attention, which this module wraps: the
+  wrapper spreads and gathers the queries only while a packed forward runs in the calling thread,
+  and is the plain ``sdpa`` otherwise.
 
 ``layout="auto"`` takes the form with less work at the cache's current slots
 (``policies.batch_layout``, which the simulator's batching replica shares).
@@ -37,12 +40,69 @@ models with them are refused.
 from __future__ import annotations
 
 import inspect
+import threading
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
 
 from adaptive_spec.errors import InvalidParameterError
 from policies.batch_layout import LAYOUTS, packs
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """Where a packed forward's tokens sit in the ``rows x width`` grid of its rows' new slots."""
+    rows: int
+    width: int
+    index: torch.Tensor  # per packed token, its place in the grid, row-major
+    mask: torch.Tensor  # [rows, 1, width, slots + width], additive: what each grid query may see
+
+    def spread(self, packed: torch.Tensor) -> torch.Tensor:
+        """[1, heads, tokens, d] -> [rows, heads, width, d]; grid places without a token are zero."""
+        _, heads, _, d = packed.shape
+        grid = packed.new_zeros(self.rows * self.width, heads, d)
+        grid[self.index] = packed[0].transpose(0, 1)
+        return grid.view(self.rows, self.width, heads, d).transpose(1, 2)
+
+    def gather(self, grid: torch.Tensor) -> torch.Tensor:
+        """An attention output [rows, width, heads, d] -> [1, tokens, heads, d]."""
+        return grid.reshape(self.rows * self.width, *grid.shape[2:])[self.index][None]
+
+
+_SPREAD = threading.local()  # .spread: the packed forward running in this thread, if any
+_REGISTERED = ALL_ATTENTION_FUNCTIONS["sdpa"]
+_SDPA = getattr(_REGISTERED, "original_sdpa", _REGISTERED)  # (this module imported again: not the wrapper)
+
+
+def _rows_sdpa(module, query, key, value, attention_mask, **kwargs):
+    """transformers' ``sdpa``, except inside a packed forward of this thread: the queries are spread
+    into their rows, attend to the rows' cache under the rows' mask, and are gathered back."""
+    spread = getattr(_SPREAD, "spread", None)
+    if spread is None:
+        return _SDPA(module, query, key, value, attention_mask, **kwargs)
+    out, weights = _SDPA(module, spread.spread(query), key, value, spread.mask, **kwargs)
+    return spread.gather(out), weights
+
+
+_rows_sdpa.original_sdpa = _SDPA
+
+
+def _install_rows_attention() -> None:
+    if not hasattr(ALL_ATTENTION_FUNCTIONS["sdpa"], "original_sdpa"):
+        AttentionInterface.register("sdpa", _rows_sdpa)
+
+
+class RowsCache(DynamicCache):
+    """A ``DynamicCache`` whose new keys and values, inside a packed forward, are spread into their
+    rows' new slots before they are appended: the cache keeps the padded layout either way."""
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        spread = getattr(_SPREAD, "spread", None)
+        if spread is not None:
+            key_states, value_states = spread.spread(key_states), spread.spread(value_states)
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
 
 class Prefill:
@@ -52,7 +112,7 @@ class Prefill:
         if not prompt:
             raise ValueError("a prompt needs at least one token")
         self.prompt = list(prompt)
-        self.cache = DynamicCache()
+        self.cache = RowsCache()
         self.done = 0  # tokens prefilled
 
     @property
@@ -70,11 +130,13 @@ class SlotCache:
                                         "the batched engine cannot place by slot; serve it with batch size 1")
         self.model = model
         self.layout = layout
-        # a packed forward needs an attention that applies a 4-D additive mask as given
-        self.packs_masks = getattr(model.config, "_attn_implementation", None) in ("sdpa", "eager")
+        # a packed forward spreads its queries into rows inside transformers' sdpa attention
+        self.packs_masks = getattr(model.config, "_attn_implementation", None) == "sdpa"
         if layout == "packed" and not self.packs_masks:
-            raise InvalidParameterError("layout", layout, f"needs sdpa or eager attention, not "
+            raise InvalidParameterError("layout", layout, f"needs sdpa attention, not "
                                         f"{getattr(model.config, '_attn_implementation', None)}")
+        if self.packs_masks:
+            _install_rows_attention()
         self.last_layout = "padded"  # the form of the last step's forward, and the tokens it scored
         self.last_tokens = 0
         self.device = next(model.parameters()).device
@@ -84,7 +146,7 @@ class SlotCache:
 
     @torch.inference_mode()  # the cache's tensors are made there: every change to them happens there too
     def reset(self) -> None:
-        self.cache = DynamicCache()
+        self.cache = RowsCache()
         self.valid = torch.zeros(0, 0, dtype=torch.bool, device=self.device)
         self.tokens: list[list[int]] = []  # per row: the tokens whose keys and values the row holds
 
@@ -166,7 +228,7 @@ class SlotCache:
     # -- a step ------------------------------------------------------------------------------------
 
     def _packs(self, widths: list[int]) -> bool:
-        return self.packs_masks and packs(widths, self.layout, self.slots)
+        return self.packs_masks and packs(widths, self.layout)
 
     def scored(self, widths: list[int]) -> int:
         """Tokens a forward over rows ``widths`` tokens wide would score, in the form ``extend`` runs it."""
@@ -199,37 +261,23 @@ class SlotCache:
     def _extend_packed(self, inputs: list[list[int]], width: int) -> list[torch.Tensor]:
         rows, slots = self.rows, self.slots
         widths = [len(tokens) for tokens in inputs]
-        total, past = sum(widths), rows * slots
-        see = torch.zeros(1, 1, total, past + total, dtype=torch.bool, device=self.device)
-        positions, start = [], 0
-        for row, w in enumerate(widths):
-            see[0, 0, start:start + w, row * slots:(row + 1) * slots] = self.valid[row]
-            see[0, 0, start:start + w, past + start:past + start + w] = torch.ones(
-                w, w, dtype=torch.bool, device=self.device).tril()
-            positions += range(len(self.tokens[row]), len(self.tokens[row]) + w)
-            start += w
-        dtype = self.cache.layers[0].keys.dtype  # the attention's, which the mask must match
-        mask = torch.zeros(see.shape, dtype=dtype, device=self.device).masked_fill(~see, torch.finfo(dtype).min)
-        # the rows' caches side by side in one sequence: [rows, heads, slots, d] -> [1, heads, rows * slots, d]
-        side_by_side = DynamicCache()
-        for index, layer in enumerate(self.cache.layers):
-            keys, values = (t.transpose(0, 1).reshape(1, t.shape[1], past, t.shape[3]) for t in (layer.keys, layer.values))
-            side_by_side.update(keys[:, :, :0], values[:, :, :0], index)  # sets the layer up, empty
-            side_by_side.layers[index].keys, side_by_side.layers[index].values = keys, values
-        ids = torch.tensor([[t for tokens in inputs for t in tokens]], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=torch.tensor([positions], device=self.device),
-                         use_cache=True, **{self._cache_kwarg: side_by_side})
-        # the new tokens' keys and values go to each row's new slots, as a padded forward leaves them
-        starts = torch.tensor([0] + widths[:-1], device=self.device).cumsum(0)
         step = torch.arange(width, device=self.device)
-        fits = step[None, :] < torch.tensor(widths, device=self.device)[:, None]
-        place = torch.where(fits, starts[:, None] + step[None, :], 0)
-        for mine, theirs in zip(self.cache.layers, side_by_side.layers):
-            for name in ("keys", "values"):
-                new = getattr(theirs, name)[0, :, past:]  # [heads, total, d]
-                block = new[:, place.flatten()].reshape(new.shape[0], rows, width, new.shape[2]).transpose(0, 1)
-                setattr(mine, name, torch.cat([getattr(mine, name), block], dim=2))
-        self.valid = torch.cat([self.valid, fits], dim=1)
+        fits = step[None, :] < torch.tensor(widths, device=self.device)[:, None]  # [rows, width]
+        valid = torch.cat([self.valid, fits], dim=1)
+        # as in the padded form: each grid query sees its row's valid slots, its row's new tokens causally
+        see = valid[:, None, :].expand(rows, width, slots + width).clone()
+        see[:, :, slots:] &= torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
+        dtype = self.cache.layers[0].keys.dtype  # the attention's, which the mask must match
+        mask = torch.zeros(see.shape, dtype=dtype, device=self.device).masked_fill(~see, torch.finfo(dtype).min)[:, None]
+        positions = [p for row, w in enumerate(widths) for p in range(len(self.tokens[row]), len(self.tokens[row]) + w)]
+        ids = torch.tensor([[t for tokens in inputs for t in tokens]], dtype=torch.long, device=self.device)
+        _SPREAD.spread = _Spread(rows, width, fits.flatten().nonzero().flatten(), mask)
+        try:
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=torch.tensor([positions], device=self.device),
+                             use_cache=True, **{self._cache_kwarg: self.cache})
+        finally:
+            _SPREAD.spread = None
+        self.valid = valid
         for row, tokens in enumerate(inputs):
             self.tokens[row].extend(tokens)
         self._check()
