@@ -177,21 +177,32 @@ def packed_forward_section(results_dir: Path, dates: dict | None) -> str:
     data = load(results_dir, "packed_forward.json")
     blocks = data["results"]
     first = blocks[0]
-    what = (f"What one row's draft costs the other rows of a batch. The batched engine scores its rows in one padded "
-            f"forward, rows × the widest row's tokens, so a row verifying {first['k']} drafts makes every row's step "
-            f"{first['k'] + 1} tokens wide. A packed forward scores only each row's own tokens: the rows' new tokens in "
-            "one sequence, their histories side by side in one cache, a 4-D mask letting each token see only its own "
-            f"row (transformers' own forward; no engine code). {first['context']} tokens of history a row, median of "
-            f"{data['rounds']} calls per forward, the forwards rotated; × is against the padded one-token forward of "
-            "the same rows. The packed forward attends over every row's history through a dense mask (a varlen "
-            "kernel would not), which is why it costs more than the padded one when every row is as wide.")
-    header = ["rows", "forward", "tokens scored", "median ms", "× padded one-token"]
-    rows = [[str(block["rows"]), case["case"], str(case["tokens"]), f"{case['median_ms']:.1f}", f"{case['vs_padded_plain']:.2f}×"]
+    contexts = sorted({b["context"] for b in blocks})
+    what = (f"What one row's draft costs the other rows of a batch. A padded forward scores rows × the widest row's "
+            f"tokens, so a row verifying {first['k']} drafts makes every row's step {first['k'] + 1} tokens wide. A "
+            "packed forward scores only each row's own tokens, in one sequence. *Dense packed* (transformers' own "
+            "forward, no engine code) lays the rows' histories side by side in one cache, every token attending over "
+            "all of them through a 4-D mask; *copied*, it first lays them there from the padded layout. *Engine before* is "
+            "the batched engine's packed step as it was: dense packed, copied, with its mask built and the new keys "
+            "and values put back into the rows (its code kept in the benchmark). *Engine packed* (`SlotCache`, what the "
+            "engine runs now) sends the packed tokens through the model but spreads them back into their rows for "
+            "attention, over each row's own cache as the padded forward attends: nothing copied, no attention across "
+            "rows. "
+            f"{', '.join(str(c) for c in contexts)} tokens of history a row; median of {data['rounds']} calls per "
+            "forward, the forwards rotated; × is against the padded one-token forward of the same rows.")
+    header = ["rows", "context", "forward", "tokens scored", "median ms", "× padded one-token"]
+    rows = [[str(block["rows"]), str(block.get("context", first["context"])), case["case"], str(case["tokens"]),
+             f"{case['median_ms']:.1f}", f"{case['vs_padded_plain']:.2f}×"]
             for block in blocks for case in block["cases"]]
-    checks = "; ".join(f"{b['rows']} rows: largest logit difference {b['max_abs_logit_diff']:.1e}, argmax "
-                       f"{'equal at every position' if b['argmax_agrees'] else '**differs**'}" for b in blocks)
-    command = (f".venv/bin/python -m benchmarks.packed_forward --rows {','.join(str(b['rows']) for b in blocks)} "
-               f"--context {first['context']} --k {first['k']} --rounds {data['rounds']} "
+
+    def check(b: dict) -> str:
+        forms = b.get("checks") or {"packed": b}
+        return ", ".join(f"{form} largest logit difference {c['max_abs_logit_diff']:.1e}, argmax "
+                         f"{'equal at every position' if c['argmax_agrees'] else '**differs**'}" for form, c in forms.items())
+
+    checks = "; ".join(f"{b['rows']} rows at {b.get('context', first['context'])}: {check(b)}" for b in blocks)
+    command = (f".venv/bin/python -m benchmarks.packed_forward --rows {','.join(str(r) for r in sorted({b['rows'] for b in blocks}))} "
+               f"--context {','.join(str(c) for c in contexts)} --k {first['k']} --rounds {data['rounds']} "
                "--out benchmarks/results/packed_forward.json")
     return "\n\n".join(["## Padded against packed batch forwards", what, table(header, rows),
                         f"Packed against padded, every row's logits: {checks}.",

@@ -1,17 +1,26 @@
 """A batch's verify forward, padded against packed: what one row's draft costs the other rows.
 
-The batched engine scores its rows in one padded forward, ``rows x width`` tokens, where ``width``
-is the widest row: one row verifying a draft of ``k`` makes every row's step ``k + 1`` tokens wide,
-so rows that draft nothing (open-ended requests, the tail of the latency distribution) pay for it.
-A packed ("ragged", "varlen") forward scores only the tokens each row has: the rows' new tokens one
-after another in a single sequence, each row's histories side by side in one cache, and a mask that
-lets each token see its own row's history and its own row's earlier new tokens only.
+A padded forward scores ``rows x width`` tokens, where ``width`` is the widest row: one row
+verifying a draft of ``k`` makes every row's step ``k + 1`` tokens wide, so rows that draft nothing
+(open-ended requests, the tail of the latency distribution) pay for it. Two packed forms score
+only the tokens each row has, the rows' new tokens one after another in a single sequence:
 
-This measures both on the embedded model with transformers' own forward (a 4-D attention mask and
-per-token positions; no engine code): for each batch size, one-token rows, then ``drafting`` rows
-verifying ``k`` drafts beside one-token rows, padded and packed, interleaved over ``--rounds``. It
-also checks that the packed forward scores every row as the padded one does: the largest logit
-difference and whether every position's argmax agrees (each row's history is its own random text).
+- *dense packed* (transformers' own forward, a 4-D mask and per-token positions; no engine code):
+  the rows' histories side by side in one cache, every token attending over all of them through a
+  mask that keeps its own row's history and earlier new tokens only;
+- *dense packed, copied*: the same, but starting from the rows' caches in the padded layout and
+  laying them side by side first;
+- *engine before*: the engine's packed step as it was before it spread the tokens back into rows
+  (``before_step``, its code kept here): dense packed, copied, with the step's mask built and its
+  new keys and values put back into the rows' slots;
+- *engine packed* (``adaptive_spec.batching.SlotCache``): the tokens go through the model packed,
+  but attention spreads them back into their rows over the rows' own cache, as the padded forward
+  attends; nothing is copied.
+
+For each batch size and context: one-token rows, then ``drafting`` rows verifying ``k`` drafts
+beside one-token rows, padded and in both packed forms, interleaved over ``--rounds``. Each packed
+form is checked against the padded forward: the largest logit difference and whether every
+position's argmax agrees (each row's history is its own random text).
 
     python -m benchmarks.packed_forward --out benchmarks/results/packed_forward.json
 """
@@ -30,6 +39,7 @@ from pathlib import Path
 import torch
 import transformers
 
+from adaptive_spec.batching import SlotCache
 from adaptive_spec.models import load_model
 
 
@@ -67,6 +77,18 @@ class Batch:
         crop(self.padded_cache, self.context)
         return logits
 
+    def copied(self, tokens: torch.Tensor, widths: list[int]) -> list[torch.Tensor]:
+        """``packed`` from the padded caches: each layer's rows laid side by side first (a copy)."""
+        side_by_side = self.packed_cache
+        past = self.rows * self.context
+        for mine, theirs in zip(side_by_side.layers, self.padded_cache.layers):
+            mine.keys, mine.values = (t[:, :, :self.context].transpose(0, 1).reshape(1, t.shape[1], past, t.shape[3])
+                                      for t in (theirs.keys, theirs.values))
+        return self.packed(tokens, widths)
+
+    def engine(self) -> "EngineRows":
+        return EngineRows(self.model, self.history)
+
     def packed(self, tokens: torch.Tensor, widths: list[int]) -> list[torch.Tensor]:
         """Per row, logits [widths[r], vocab] of its first ``widths[r]`` tokens, one packed forward."""
         n, past = sum(widths), self.rows * self.context
@@ -84,6 +106,65 @@ class Batch:
                                 position_ids=torch.tensor([positions])).logits[0]
         crop(self.packed_cache, past)
         return list(logits.split(widths))
+
+
+class EngineRows:
+    """The same histories in the batched engine's cache; each forward starts from them again."""
+
+    def __init__(self, model, history: torch.Tensor) -> None:
+        self.slots = SlotCache(model, layout="packed")
+        for row in history.tolist():
+            self.slots.add(row)
+        self.saved = [(layer.keys, layer.values) for layer in self.slots.cache.layers]
+        self.valid, self.tokens = self.slots.valid.clone(), [list(t) for t in self.slots.tokens]
+
+    def packed(self, tokens: torch.Tensor, widths: list[int], before: bool = False) -> list[torch.Tensor]:
+        """Per row, logits [widths[r], vocab] of its first ``widths[r]`` tokens, the engine's packed
+        forward (``before``: as it was, ``before_step``)."""
+        inputs = [tokens[row, :w].tolist() for row, w in enumerate(widths)]
+        out = before_step(self.slots, inputs) if before else self.slots.extend(inputs)
+        for layer, (keys, values) in zip(self.slots.cache.layers, self.saved):  # the step's slots dropped
+            layer.keys, layer.values = keys, values
+        self.slots.valid, self.slots.tokens = self.valid.clone(), [list(t) for t in self.tokens]
+        return out
+
+
+def before_step(slots: SlotCache, inputs: list[list[int]]) -> list[torch.Tensor]:
+    """The engine's packed step before it spread the tokens back into rows (its code as it was):
+    the rows' caches laid side by side, a dense 4-D mask, the new keys and values put back."""
+    from transformers import DynamicCache
+
+    rows, width = slots.rows, max(len(t) for t in inputs)
+    widths = [len(tokens) for tokens in inputs]
+    total, past = sum(widths), rows * slots.slots
+    see = torch.zeros(1, 1, total, past + total, dtype=torch.bool)
+    positions, start = [], 0
+    for row, w in enumerate(widths):
+        see[0, 0, start:start + w, row * slots.slots:(row + 1) * slots.slots] = slots.valid[row]
+        see[0, 0, start:start + w, past + start:past + start + w] = torch.ones(w, w, dtype=torch.bool).tril()
+        positions += range(len(slots.tokens[row]), len(slots.tokens[row]) + w)
+        start += w
+    dtype = slots.cache.layers[0].keys.dtype
+    mask = torch.zeros(see.shape, dtype=dtype).masked_fill(~see, torch.finfo(dtype).min)
+    side_by_side = DynamicCache()
+    for index, layer in enumerate(slots.cache.layers):
+        keys, values = (t.transpose(0, 1).reshape(1, t.shape[1], past, t.shape[3]) for t in (layer.keys, layer.values))
+        side_by_side.update(keys[:, :, :0], values[:, :, :0], index)
+        side_by_side.layers[index].keys, side_by_side.layers[index].values = keys, values
+    ids = torch.tensor([[t for tokens in inputs for t in tokens]], dtype=torch.long)
+    with torch.inference_mode():
+        out = slots.model(input_ids=ids, attention_mask=mask, position_ids=torch.tensor([positions]), use_cache=True,
+                          **{slots._cache_kwarg: side_by_side})
+        starts = torch.tensor([0] + widths[:-1]).cumsum(0)
+        step = torch.arange(width)
+        fits = step[None, :] < torch.tensor(widths)[:, None]
+        place = torch.where(fits, starts[:, None] + step[None, :], 0)
+        for mine, theirs in zip(slots.cache.layers, side_by_side.layers):
+            for name in ("keys", "values"):
+                new = getattr(theirs, name)[0, :, past:]
+                block = new[:, place.flatten()].reshape(new.shape[0], rows, width, new.shape[2]).transpose(0, 1)
+                setattr(mine, name, torch.cat([getattr(mine, name), block], dim=2))
+    return list(out.logits[0].split(widths))
 
 
 def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -106,16 +187,28 @@ def measure(model, rows: int, context: int, k: int, rounds: int, seed: int) -> d
     widths = {0: [1] * rows}
     for d in drafting:
         widths[d] = [k + 1] * d + [1] * (rows - d)
+    engine = batch.engine()
     for d, w in widths.items():
-        cases[f"packed, {d} of {rows} rows drafting"] = (lambda w=w: batch.packed(tokens, w))
-    # the packed forward against the padded one, row by row (drafting rows first: all positions compared)
+        cases[f"dense packed, {d} of {rows} rows drafting"] = (lambda w=w: batch.packed(tokens, w))
+    for d, w in widths.items():
+        if 0 < d < rows:  # (all rows one wide, or all as wide: the engine pads, nothing to leave out)
+            cases[f"dense packed, copied, {d} of {rows} rows drafting"] = (lambda w=w: batch.copied(tokens, w))
+            cases[f"engine before, {d} of {rows} rows drafting"] = (lambda w=w: engine.packed(tokens, w, before=True))
+            cases[f"engine packed, {d} of {rows} rows drafting"] = (lambda w=w: engine.packed(tokens, w))
+    # each packed form against the padded forward, row by row (drafting rows first: all positions compared)
     wide = batch.padded(tokens)
-    agree, worst = True, 0.0
-    for w in widths.values():
-        for row, logits in enumerate(batch.packed(tokens, w)):
-            reference = wide[row, :w[row]]
-            worst = max(worst, float((logits - reference).abs().max()))
-            agree &= bool(torch.equal(logits.argmax(-1), reference.argmax(-1)))
+    checks = {}
+    before = lambda t, w: engine.packed(t, w, before=True)  # noqa: E731
+    for form, run in (("dense", batch.packed), ("engine before", before), ("engine", engine.packed)):
+        agree, worst = True, 0.0
+        for d, w in widths.items():
+            if form.startswith("engine") and not 0 < d < rows:
+                continue
+            for row, logits in enumerate(run(tokens, w)):
+                reference = wide[row, :w[row]]
+                worst = max(worst, float((logits - reference).abs().max()))
+                agree &= bool(torch.equal(logits.argmax(-1), reference.argmax(-1)))
+        checks[form] = {"max_abs_logit_diff": worst, "argmax_agrees": agree}
     seconds = {name: [] for name in cases}
     for fn in cases.values():  # warm-up: the first call of each shape picks kernels
         fn()
@@ -126,7 +219,9 @@ def measure(model, rows: int, context: int, k: int, rounds: int, seed: int) -> d
             cases[name]()
             seconds[name].append(time.perf_counter() - start)
     plain = statistics.median(seconds["padded, 1 token a row"])
-    return {"rows": rows, "context": context, "k": k, "max_abs_logit_diff": worst, "argmax_agrees": agree,
+    return {"rows": rows, "context": context, "k": k, "checks": checks,
+            "max_abs_logit_diff": max(c["max_abs_logit_diff"] for c in checks.values()),
+            "argmax_agrees": all(c["argmax_agrees"] for c in checks.values()),
             "cases": [{"case": name, "tokens": _tokens(name, rows, k, widths), "median_ms": 1000 * statistics.median(s),
                        "vs_padded_plain": statistics.median(s) / plain, "seconds": s}
                       for name, s in seconds.items()]}
@@ -135,40 +230,46 @@ def measure(model, rows: int, context: int, k: int, rounds: int, seed: int) -> d
 def _tokens(name: str, rows: int, k: int, widths: dict[int, list[int]]) -> int:
     if name.startswith("padded"):
         return rows * (1 if "1 token" in name else k + 1)
-    return sum(widths[int(name.split(", ")[1].split(" of")[0])])
+    return sum(widths[int(name.split(", ")[-1].split(" of")[0])])
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| rows | forward | tokens scored | median ms | × padded one-token |", "|---|---|---|---|---|"]
+    lines = ["| rows | context | forward | tokens scored | median ms | × padded one-token |", "|---|---|---|---|---|---|"]
     for block in results:
         for case in block["cases"]:
-            lines.append(f"| {block['rows']} | {case['case']} | {case['tokens']} | {case['median_ms']:.1f} | "
-                         f"{case['vs_padded_plain']:.2f}× |")
+            lines.append(f"| {block['rows']} | {block['context']} | {case['case']} | {case['tokens']} | "
+                         f"{case['median_ms']:.1f} | {case['vs_padded_plain']:.2f}× |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="4,8", help="comma-separated batch sizes")
-    parser.add_argument("--context", type=int, default=128, help="tokens of history per row")
+    parser.add_argument("--context", default="128", help="tokens of history per row, comma-separated")
     parser.add_argument("--k", type=int, default=8, help="drafts a drafting row verifies")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("packed_forward.json"))
     args = parser.parse_args(argv)
-    sizes = [int(r) for r in args.rows.split(",")]
-    for name, value in (("rows", min(sizes)), ("context", args.context), ("k", args.k), ("rounds", args.rounds)):
+    try:
+        sizes = [int(r) for r in args.rows.split(",")]
+        contexts = [int(c) for c in args.context.split(",")]
+    except ValueError:
+        parser.error(f"--rows and --context take comma-separated integers, got {args.rows!r}, {args.context!r}")
+    for name, value in (("rows", min(sizes)), ("context", min(contexts)), ("k", args.k), ("rounds", args.rounds)):
         if value < 1:
             parser.error(f"--{name} must be >= 1, got {value}")
     model = load_model("smollm2").model
     results = []
-    for rows in sizes:
-        print(f"{rows} rows ...", flush=True)
-        results.append(measure(model, rows, args.context, args.k, args.rounds, args.seed))
+    for context in contexts:
+        for rows in sizes:
+            print(f"{rows} rows, {context} tokens of context ...", flush=True)
+            results.append(measure(model, rows, context, args.k, args.rounds, args.seed))
     print(table(results))
     for block in results:
-        print(f"{block['rows']} rows: packed against padded logits, largest difference {block['max_abs_logit_diff']:.2e}, "
-              f"argmax {'agrees' if block['argmax_agrees'] else 'DIFFERS'} at every position")
+        for form, check in block["checks"].items():
+            print(f"{block['rows']} rows, {block['context']} context: {form} packed against padded logits, largest "
+                  f"difference {check['max_abs_logit_diff']:.2e}, argmax {'agrees' if check['argmax_agrees'] else 'DIFFERS'}")
     data = {"model": "smollm2", "rounds": args.rounds, "results": results,
             "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
                         "torch": torch.__version__, "transformers": transformers.__version__}}

@@ -11,9 +11,10 @@ engine's own steps (no hand-set table; ``warm`` starts the cost fit from a calib
   + c * rows * width + d * rows * [width > 1] + e * rows * context + f * rows * context * [width > 1]``,
   fitted by decayed least squares over every step (any batch size, any cap): ``d`` is the jump from
   one-token rows to multi-token ones, which on CPU costs more than the width alone says (other
-  matrix kernels), and ``f`` its growth with the context the rows attend to (a packed forward's
-  attention spans every row's cache), so that drafts that pay beside short prompts are not taken
-  for paying beside long ones; ``context`` is the caller's: the cache's slots per row;
+  matrix kernels), and ``f`` its growth with the context the rows attend to (a multi-token
+  forward's attention takes its masked path over every slot, each query over its row's cache), so
+  that drafts that pay beside short prompts are not taken for paying beside long ones; ``context``
+  is the caller's: the cache's slots per row;
 - per cap, what one capped row gains per step: tokens emitted (1 + accepted drafts) and the batch
   width the cap led to, decayed means over every step taken under that cap.
 

@@ -10,7 +10,8 @@ its own (greedy prefix or exact rejection sampling, the single-request verifier)
 to what it accepted. Row by row the tokens are those of ``SpeculativeDecoder.generate``.
 
 The batch's speculation: in a padded forward every row pays for the widest row's width (a packed
-one, which ``SlotCache`` takes when rows' widths differ enough, charges each row its own), so an optional
+one, which ``SlotCache`` takes when rows' widths differ, charges each row its own tokens but still
+attends over the widest row's grid), so an optional
 ``BatchDraftCap`` caps the drafts of the rows that learning controllers serve at the length that
 maximises the batch's tokens per second, predicted from the measured cost of the batch's shape
 and each cap's measured gain (``policies.batch_cap``), and cuts them further once the rows' own
