@@ -96,6 +96,9 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                      f"--streams-only --out {data['profile']}`, then the same command with `--resimulate "
                      "benchmarks/results/" + name + "`)." if data.get("resimulated", _before_live_streams(data))
                      else " (`calibrate --per-prompt` records them).")
+    if predicted and data.get("repredicted"):
+        what += (" The predictions were redone after the runs, on the same profile, by the same command with "
+                 f"`--resimulate benchmarks/results/{name}`.")
     if at_speed:
         what += (" *Plain step*: the machine's batch-1 speed around the run, from the server's /metrics over a few "
                  "plain requests sent alone just before and just after it; *at speed*: the same replay with every "
@@ -104,7 +107,10 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
     if timeline:
         what += (" *Timeline*: the same replay at the speed the run's own forwards ran, window by window (the "
                  "server records every decode step; each window's forwards, a batch's rows together, against what "
-                 "the profile prices them at: `simulator.speed.timeline_from_steps`).")
+                 "the profile prices them at: `simulator.speed.timeline_from_steps`)" +
+                 ("; prefill, a one-sequence forward, there at the speed of the plain probes around the run instead "
+                  "(the timeline's windows are batched forwards, whose price the profile's batched fit sets)."
+                  if any("prefill_speed_timeline" in r for r in data["runs"]) else "."))
     header = [*(["round"] if rounds > 1 else []), "concurrency", "config", "completed", "output tok/s", "E2EL p50 s",
               "E2EL p95 s", "drafting", *(["simulated p50", "simulated p95"] if predicted else []),
               *(["plain step", "at speed p50", "at speed p95"] if at_speed else []),

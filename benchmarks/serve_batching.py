@@ -121,7 +121,8 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     the run measured the machine's speed (``plain_step``), also with the profile scaled to it
     (``*_at_speed``: the machine's speed drifts between the calibration and the run); where it
     recorded its speed window by window (``speed_timeline``), also at that speed over time
-    (``*_timeline``). ``max_tokens``: the budget the requests were sent with (an answer that ends
+    (``*_timeline``), prefill there at the plain probes' speed where they ran (the timeline is read
+    from batched decode forwards; a prefill is a one-sequence forward, as the probes are). ``max_tokens``: the budget the requests were sent with (an answer that ends
     sooner leaves the engine drafting past its end); ``plain_slowdown``: the server's bound (None: off)."""
     budget = {"max_tokens": max_tokens} if max_tokens else {}
     # loadgen ran at rate inf: every request is due at 0, and goes once the client has a free slot
@@ -138,8 +139,11 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     variants = [(suffix, chosen, None) for suffix, chosen in profiles.items()]
     variants += [("_timeline", profile, run["speed_timeline"])] if run.get("speed_timeline") else []
     for suffix, chosen, timeline in variants:
+        prefill = out.get("speed_factor") if timeline else None
+        if prefill is not None:
+            out["prefill_speed_timeline"] = prefill
         predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], replica,
-                                   speed=timeline, concurrency=run["concurrency"])["e2e_s"]
+                                   speed=timeline, concurrency=run["concurrency"], prefill_speed=prefill)["e2e_s"]
         out["simulated_e2e_s" + suffix] = predicted
         out["simulator_error" + suffix] = {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}
     return out
@@ -200,9 +204,11 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                 run["prediction_error"] = str(exc)
     except (KeyError, TypeError, AttributeError) as exc:
         parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_batching result this can replay ({exc!r})")
+    had_streams = result.get("profile_streams")
     result["profile"] = str(args.profile)
     result["profile_streams"] = bool(load_profile(args.profile).streams)
-    result["resimulated"] = True
+    # "resimulated": the profile's streams came after the runs; "repredicted": the runs' own profile
+    result["repredicted" if had_streams else "resimulated"] = True
     write_json_atomic(args.out, result, "out")
     print(f"wrote {args.out}")
 

@@ -112,8 +112,8 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
     build = policy_builder(policy if policy is not None else scenario.policy, scenario.drafters)
     cost = cost if cost is not None else fit_cost_model(scenario.profile)
     fitted = isinstance(cost, FittedCostModel)
-    if scenario.speed:
-        cost = TimedCost(cost, SpeedTimeline(scenario.speed), lambda: env.now)
+    if scenario.speed or scenario.prefill_speed is not None:
+        cost = TimedCost(cost, SpeedTimeline(scenario.speed), lambda: env.now, scenario.prefill_speed)
     metrics = MetricsCollector(scenario.metrics.bin_s)
     limit = getattr(scenario.workload, "concurrency", None)
     client = ClientSlots(env, limit) if limit else None

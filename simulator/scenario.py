@@ -31,6 +31,9 @@ Top-level fields (``*`` required)::
     drain_s       after arrivals stop, stop simulating this much later (null: until all finish)
     speed         [{at_s, factor}, ...]: every cost x factor from at_s on (the machine's speed
                   drifting from the profile's; simulator/speed.py)            default: none
+    prefill_speed factor: prefill's cost x this instead of following speed (a batched run's
+                  timeline is measured on its decode forwards; a prefill is a one-sequence
+                  forward, whose speed plain one-request probes measure)    default: none
     overhead      {request_s, step_s, client_s}: seconds a served request spends outside the
                   model's forwards (a server's, measured: benchmarks/serve_shift.py); request_s
                   and step_s hold the replica (per request before its first token, per decode
@@ -146,6 +149,7 @@ class Scenario:
     compare_policies: tuple[str, ...] = ()
     max_replicas: int = 64  # capacity search gives up above this many replicas
     speed: tuple[tuple[float, float], ...] = ()  # (at_s, factor): costs x factor from at_s on (simulator/speed.py)
+    prefill_speed: float | None = None  # prefill's own factor, in place of speed's (simulator/speed.py)
     overhead: Overhead = field(default_factory=Overhead)
 
     def with_(self, **changes) -> Scenario:
@@ -333,7 +337,7 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
     """Validate a parsed scenario; relative paths resolve against ``base_dir``."""
     raw = _mapping(raw, "scenario")
     _only(raw, ("name", "seed", "profile", "classes", "workload", "replicas", "policy", "policy_scope",
-                "slo", "metrics", "drain_s", "compare", "capacity", "speed", "overhead"), "")
+                "slo", "metrics", "drain_s", "compare", "capacity", "speed", "prefill_speed", "overhead"), "")
     base_dir = Path(base_dir)
     profile_raw = _required(raw, "profile", "")
     if isinstance(profile_raw, Profile):
@@ -400,6 +404,8 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         compare_policies=tuple(specs),
         max_replicas=int(_num(cap.get("max_replicas", 64), "capacity.max_replicas", integer=True)),
         speed=_speed(raw.get("speed") or []),
+        prefill_speed=(float(_num(raw["prefill_speed"], "prefill_speed", strict=True))
+                       if raw.get("prefill_speed") is not None else None),
         overhead=_overhead(raw.get("overhead") or {}),
     )
     from simulator.policy_factory import policy_builder  # validate policy specs now, not mid-run

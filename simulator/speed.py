@@ -37,14 +37,19 @@ class SpeedTimeline:
 
 class TimedCost:
     """``cost`` (any cost model) with every time scaled by ``timeline`` at ``now()``: a forward or a
-    draft costs what the machine's speed makes it when it starts."""
+    draft costs what the machine's speed makes it when it starts. ``prefill_factor``, where given,
+    scales prefill instead: a timeline read from a batched run's decode forwards carries the cost
+    fit's error on batched shapes, which a prefill (one sequence) does not share."""
 
-    def __init__(self, cost, timeline: SpeedTimeline, now: Callable[[], float]) -> None:
+    def __init__(self, cost, timeline: SpeedTimeline, now: Callable[[], float],
+                 prefill_factor: float | None = None) -> None:
         self.cost, self.timeline, self.now = cost, timeline, now
+        self.prefill_factor = prefill_factor
         self.padded = getattr(cost, "padded", False)
 
     def prefill_s(self, prompt_tokens: int) -> float:
-        return self.timeline.factor(self.now()) * self.cost.prefill_s(prompt_tokens)
+        factor = self.timeline.factor(self.now()) if self.prefill_factor is None else self.prefill_factor
+        return factor * self.cost.prefill_s(prompt_tokens)
 
     def verify_s(self, tokens: float, context_len: float, batch: int = 1, batch_tokens: int | None = None,
                  batch_context: int | None = None, pairs: int | None = None) -> float:

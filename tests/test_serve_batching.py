@@ -55,6 +55,29 @@ def test_a_run_is_also_replayed_at_the_speed_its_batched_steps_ran(tmp_path):
     assert out["simulator_error_timeline"]["p95"] == pytest.approx(timeline["p95"] / 3.0 - 1)
 
 
+def test_with_plain_probes_the_timeline_replay_prefills_at_their_speed(tmp_path):
+    """The timeline is read from batched decode forwards; prefill follows the one-request probes."""
+    from benchmarks.serve_shift import at_speed
+    from simulator.cost_model import fit_cost_model
+    from simulator.profile import load_profile
+
+    profile = _profile(tmp_path)
+    trace = [_row(i, "p-copy" if i % 2 else "p-chat", 0.0) for i in range(4)]
+    plain_step = 1.5 * fit_cost_model(load_profile(profile)).verify_s(1, 55)  # probes: 1.5x slower than calibrated
+    base = {"config": "plain", "concurrency": 4, "trace": trace, "e2el_s": {"p50": 2.0, "p95": 3.0},
+            "speed_timeline": [(0.0, 2.0)], "plain_step": {"mean_s": plain_step, "count": 10}}
+    out = predict(base, profile, max_batch=8, prefill_chunk=128)
+    _, factor = at_speed(profile, plain_step, 55)
+    assert out["speed_factor"] == pytest.approx(factor)
+    rows = [{**r, "class": r["id"]} for r in trace]
+    both = simulate_trace(rows, profile, "none", 4, {"mode": "batching", "max_batch": 8, "prefill_chunk": 128},
+                          speed=[(0.0, 2.0)], concurrency=4, prefill_speed=factor)["e2e_s"]
+    timeline_only = simulate_trace(rows, profile, "none", 4, {"mode": "batching", "max_batch": 8, "prefill_chunk": 128},
+                                   speed=[(0.0, 2.0)], concurrency=4)["e2e_s"]
+    assert out["simulated_e2e_s_timeline"] == pytest.approx(both)
+    assert both["p95"] < timeline_only["p95"]  # prefill at 1.5x, not the decode forwards' 2x
+
+
 def test_adaptive_is_compared_round_by_round_with_a_verdict_only_where_every_round_agrees():
     from benchmarks.serve_batching import agreement, compare_rounds
 
@@ -87,6 +110,13 @@ def test_resimulate_predicts_a_recorded_result_again_with_another_profile(tmp_pa
     again = json.loads(out.read_text())
     assert again["profile"] == profile and again["profile_streams"] is False
     assert again["runs"][0]["simulated_e2e_s"] == predict(run, profile, 4, 256, 40)["simulated_e2e_s"]
+    # the run had no streams: they came with this profile ("resimulated"); had it had them, the
+    # predictions are only made again ("repredicted")
+    assert again.get("resimulated") and "repredicted" not in again
+    recorded.write_text(json.dumps({**again, "resimulated": None, "profile_streams": True}))
+    main(["--resimulate", str(recorded), "--profile", profile, "--out", str(out)])
+    twice = json.loads(out.read_text())
+    assert twice.get("repredicted") and not twice.get("resimulated")
     with pytest.raises(SystemExit):  # a file that is no serve_batching result: one error naming it
         recorded.write_text(json.dumps({"runs": [{}]}))
         main(["--resimulate", str(recorded), "--profile", profile, "--out", str(out)])

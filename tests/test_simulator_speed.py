@@ -20,10 +20,11 @@ class Latencies:
         self.e2e[request.id] = now - request.arrival_s
 
 
-def _latencies(speed, mode="serial"):
+def _latencies(speed, mode="serial", **fields):
     # one request every 100 s, none waits for another: a request's latency is its own service time
     rows = [{"arrival_s": 100.0 * i, "class": "copy", "prompt_tokens": 40, "output_tokens": 10} for i in range(4)]
-    raw = scenario_dict(workload={"replay": rows}, policy="none", replicas={"count": 1, "mode": mode}, speed=speed)
+    raw = scenario_dict(workload={"replay": rows}, policy="none", replicas={"count": 1, "mode": mode}, speed=speed,
+                        **fields)
     env, seen = simpy.Environment(), Latencies()
     build_simulation(env, scenario_from_dict(raw), cost=FixedCost(), extra_hooks=[seen])
     env.run()
@@ -47,6 +48,18 @@ def test_costs_follow_the_machines_speed_from_each_moment_on(mode):
     assert slowed == pytest.approx([5.5, 5.5, 11.0, 11.0])  # the requests after the slowdown take twice as long
     sped_up = _latencies([{"at_s": 0, "factor": 0.5}], mode)
     assert sped_up == pytest.approx([2.75] * 4)
+
+
+@pytest.mark.parametrize("mode", ["serial", "batching"])
+def test_prefill_can_keep_a_speed_of_its_own(mode):
+    # FixedCost: prefill 1 s, then 9 plain forwards of 0.5 s; forwards at 2x, prefill at 1.5x
+    both = _latencies([{"at_s": 0, "factor": 2.0}], mode, prefill_speed=1.5)
+    assert both == pytest.approx([1.5 + 9.0] * 4)
+    alone = _latencies(None, mode, prefill_speed=0.5)  # no timeline: only prefill moves
+    assert alone == pytest.approx([0.5 + 4.5] * 4)
+    for bad in (0, -1, "fast", True):
+        with pytest.raises(ValueError, match="prefill_speed must be"):
+            scenario_from_dict(scenario_dict(prefill_speed=bad))
 
 
 @pytest.mark.parametrize("speed, field", [
