@@ -47,8 +47,8 @@ VERIFY_TOKENS = (1, 2, 3, 5, 9, 17)  # k + 1 for k = 0, 1, 2, 4, 8, 16
 CONTEXT_LENGTHS = (64, 256, 512)
 BATCH_VERIFY_TOKENS = (1, 2, 3, 5, 9)  # k + 1 up to 8: wider drafts do not pay once rows share the forward
 BATCH_CONTEXT_LENGTHS = (64, 256, 512)
-# packed forwards: (k + 1, rows drafting) beside one-token rows; half the rows drafting is where
-# packing stops paying at short contexts, and attention across every row's cache dominates at long ones
+# packed forwards: (k + 1, rows drafting) beside one-token rows; one row drafting long or short, and
+# half the rows drafting, where the tokens packing leaves out are fewest
 PACKED_STEPS = ((9, 1), (3, 1), (9, "half"))
 ACCEPTANCE_K = 8  # long drafts, so every position up to 8 gets counted
 MIN_TESTED = 5  # drafts that reached a position before its acceptance is estimated from them
