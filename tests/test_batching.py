@@ -327,3 +327,32 @@ def test_a_row_left_with_nothing_to_verify_bounds_what_the_others_drafts_cost_it
     assert drafting.stats.draft_tokens > 0  # alone again, it drafts
     unbounded, _ = served(None)
     assert sum(s.proposed for s in unbounded.steps[: len(plain.steps)]) > 0  # without the bound the 8 stands
+
+
+def test_a_packed_forward_in_one_thread_leaves_another_threads_attention_alone():
+    """The packed step's attention wrapper acts only for the thread whose packed forward it is: a
+    forward of another thread meanwhile runs plain sdpa and gets its own logits."""
+    import threading
+
+    from adaptive_spec.batching import slots as slot_module
+
+    model = tiny_llama(seed=4)
+    ids = torch.tensor([[5, 9, 2, 7, 1, 3]])
+    with one_thread(), torch.inference_mode():
+        alone = model(input_ids=ids).logits
+        cache = SlotCache(model, layout="packed")  # installs the wrapper
+        for prompt in ([3, 4, 5, 6], [7, 8, 9, 10]):
+            cache.add(prompt)
+        # a packed forward's state set in this thread, as during one: the other thread must not see it
+        slot_module._SPREAD.spread = slot_module._Spread(2, 3, torch.tensor([0, 1, 2, 3]), torch.zeros(2, 1, 3, 7))
+        seen = {}
+        try:
+            worker = threading.Thread(target=lambda: seen.update(logits=model(input_ids=ids).logits))
+            worker.start()
+            worker.join()
+        finally:
+            slot_module._SPREAD.spread = None
+        assert torch.equal(seen["logits"], alone)
+        # and with the state cleared, this thread's own packed step still runs packed
+        packed = cache.extend([[11, 12, 13], [14]])
+        assert cache.last_layout == "packed" and [p.shape[0] for p in packed] == [3, 1]
