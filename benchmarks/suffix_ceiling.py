@@ -233,12 +233,15 @@ def machine_record() -> dict:
             "transformers": transformers.__version__, "platform": platform.platform()}
 
 
+DEFAULTS = {"prompts": Path("benchmarks/corpus/repetitive.jsonl"), "split": "test", "max_new_tokens": 96, "max_k": 16}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=Path, default=Path("benchmarks/corpus/repetitive.jsonl"))
-    parser.add_argument("--split", default="test", help="the prompts' split to use ('' for all)")
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--max-k", type=int, default=16, help="longest draft considered (the controller's max_k)")
+    parser.add_argument("--prompts", type=Path, help=f"prompts file (default {DEFAULTS['prompts']})")
+    parser.add_argument("--split", help="the prompts' split to use ('' for all; default test)")
+    parser.add_argument("--max-new-tokens", type=int, help="default 96")
+    parser.add_argument("--max-k", type=int, help="longest draft considered (the controller's max_k; default 16)")
     parser.add_argument("--profile", type=Path, default=Path("simulator/profiles/smollm2_cpu.json"),
                         help="calibration profile whose fitted costs price the steps")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here (with every proposal)")
@@ -248,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="a `bench` result on the same prompts (with adaptive and adaptive-suffix): plotted beside the ceilings")
     parser.add_argument("--plot", type=Path, default=None, help="write the per-prompt figure here (needs --measured)")
     args = parser.parse_args(argv)
+    given = [f"--{name.replace('_', '-')}" for name in DEFAULTS if getattr(args, name) is not None]
+    if args.reprice and given:  # the stored run fixed them: taking them silently would mislabel it
+        parser.error(f"--reprice takes the prompts, split and lengths of the file it reads; drop {', '.join(given)}")
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.plot and not args.measured:
         parser.error("--plot needs --measured: the figure sets the measured speeds beside the ceilings")
     bench = None
@@ -259,14 +268,19 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--measured {args.measured}: not a `bench` result with adaptive-suffix ({e!r})")
     if args.max_new_tokens < 1 or args.max_k < 1:
         parser.error(f"--max-new-tokens and --max-k must be >= 1, got {args.max_new_tokens}, {args.max_k}")
+    from adaptive_spec.errors import InvalidParameterError
     from adaptive_spec.models import load_model
     from adaptive_spec.prompts import load_prompts, select_split
     from simulator.cost_model import fit_cost_model
     from simulator.profile import load_profile
 
-    cost = fit_cost_model(load_profile(args.profile))
+    try:
+        cost = fit_cost_model(load_profile(args.profile))
+    except (OSError, ValueError) as e:
+        parser.error(f"--profile {args.profile}: {e}")
     if "int8" not in cost.draft:  # the only drafter priced per token: its cost must be measured
         parser.error(f"--profile {args.profile}: no draft cost for int8 (calibrate with the int8 drafter)")
+    rows = None
     if args.reprice:  # the proposals are stored: price them again (another profile, a changed search)
         try:
             saved = json.loads(args.reprice.read_text())
@@ -274,9 +288,20 @@ def main(argv: list[str] | None = None) -> int:
             meta = {k: saved[k] for k in ("prompts_file", "split", "max_new_tokens", "max_k")}
         except (OSError, ValueError, KeyError, TypeError) as e:
             parser.error(f"--reprice {args.reprice}: not a JSON written by this benchmark ({e!r})")
+        ids = [r["id"] for r in requests]
     else:
-        rows = load_prompts(args.prompts)
-        rows = select_split(rows, args.split, str(args.prompts)) if args.split else rows
+        try:
+            rows = load_prompts(args.prompts)
+            rows = select_split(rows, args.split, str(args.prompts)) if args.split else rows
+        except InvalidParameterError as e:
+            parser.error(str(e))
+        ids = [r.id for r in rows]
+    if bench is not None:  # before the long part: a figure that cannot be drawn is known now
+        try:
+            measured_speedups(bench, ids, ("adaptive", "adaptive-suffix"))
+        except (ValueError, KeyError, TypeError) as e:
+            parser.error(f"--measured {args.measured}: {e}")
+    if rows is not None:
         started = time.monotonic()
         requests = collect(load_model("smollm2"), rows, args.max_new_tokens, args.max_k,
                            lambda line: print(f"{time.monotonic() - started:6.0f}s {line}", file=sys.stderr, flush=True))
@@ -285,17 +310,14 @@ def main(argv: list[str] | None = None) -> int:
         machine = machine_record()
     result = ceilings(requests, cost)
     print(report(result))
-    if args.plot:
-        try:
-            plot(result, bench, args.plot)
-        except ValueError as e:
-            parser.error(f"--measured {args.measured}: {e}")
-        print(f"wrote {args.plot}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({
             "benchmark": "suffix_ceiling", **meta, "profile": str(args.profile),
             "sets": {k: list(v) for k, v in SETS.items()}, **result, "machine": machine, "collected": requests}))
+    if args.plot:
+        plot(result, bench, args.plot)
+        print(f"wrote {args.plot}")
     return 0
 
 

@@ -16,9 +16,10 @@ Verify forward (one target pass over ``tokens`` = k + 1 tokens for each of ``bat
   ~2x a 1-token one, nearly flat after the jump.
 - ``batch_tokens`` = tokens verified across the whole batch; ``batch_context`` = KV entries read.
 - ``attention_pairs``: query-key pairs the attention computes (``policies.batch_layout``): in either
-  form of a batched forward, its rows times its widest row's width times its slots. ``wide_context`` (``batch_context`` of a batched
-  forward more than one token wide): the attention then takes its masked path over every slot,
-  measured dearer than a one-token step's beyond what the pairs say.
+  form of a batched forward, its rows times its widest row's width times its slots.
+- ``wide_context`` (``batch_context`` of a batched forward more than one token wide): the attention
+  then takes its masked path over every slot, measured dearer than a one-token step's beyond what
+  the pairs say.
 - ``max(0, batch_tokens - knee)`` is the roofline: below the knee a forward is memory-bound
   (reading the weights dominates, extra tokens are nearly free - why speculation pays at batch 1);
   above it the forward is compute-bound and costs grow with every token verified. The knee is

@@ -200,3 +200,14 @@ def test_the_command_prices_stored_proposals_again_and_plots_them(tmp_path, caps
     with pytest.raises(SystemExit):
         main(["--reprice", str(measured)])
     assert "not a JSON written by this benchmark" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the stored run fixed its prompts: another split would mislabel it
+        main(["--reprice", str(stored), "--split", "dev"])
+    assert "drop --split" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--reprice", str(stored), "--profile", str(tmp_path / "none.json")])
+    assert "--profile" in capsys.readouterr().err
+    bench["per_round"]["prompt_ids"] = ["elsewhere"] * len(ids)
+    measured.write_text(__import__("json").dumps(bench))
+    with pytest.raises(SystemExit):  # refused before any work, not after it
+        main(["--reprice", str(stored), "--measured", str(measured), "--plot", str(png)])
+    assert "the measured run has no prompt" in capsys.readouterr().err

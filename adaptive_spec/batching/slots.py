@@ -30,8 +30,8 @@ Two forms of the step's forward, the same logits (to rounding) and the same cach
   wrapper spreads and gathers the queries only while a packed forward runs in the calling thread,
   and is the plain ``sdpa`` otherwise.
 
-``layout="auto"`` takes the form with less work at the cache's current slots
-(``policies.batch_layout``, which the simulator's batching replica shares).
+``layout="auto"`` packs exactly when the rows' widths differ (``policies.batch_layout``, which the
+simulator's batching replica shares).
 
 Attention windows computed from slot indices (sliding-window layers) would be wrong here, so
 models with them are refused.
