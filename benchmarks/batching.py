@@ -139,19 +139,13 @@ def main(argv: list[str] | None = None) -> None:
         table.add_row(row["config"], row["mode"], f"{row['tokens_per_s']:.1f}", ratio, f"{row['e2e_p50_s']:.2f}",
                       f"{row['e2e_p95_s']:.2f}", f"{row['speculative_step_share']:.0%}", "yes" if row["identical"] else "NO")
     console.print(table)
-    # what adaptive's cap learned: per cap, the gain per capped row-step, and the goodput it predicts
-    cap = caps.get("adaptive")
-    learned = None if cap is None or not cap.measured() else {
-        "measured": {str(c): v for c, v in cap.measured().items()},
-        "predicted_tokens_per_s": {str(n): {str(c): g for c, g in cap.predicted_goodput(n).items()} for n in sizes},
-        "chosen": {str(n): cap.choose(n) for n in sizes}}
     write_json_atomic(args.out, {
         "benchmark": "batching", "prompts": str(args.prompts.relative_to(ROOT)) if args.prompts.is_absolute() else str(args.prompts),
         "requests": args.requests, "max_batch": sizes, "max_tokens": args.max_tokens, "rounds": args.rounds,
         "configs": configs, "modes": modes,
         "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
                     "transformers": transformers.__version__, "platform": platform.platform()},
-        "summary": summary, "adaptive_cap": learned, "runs": runs}, "out")
+        "summary": summary, "runs": runs}, "out")
     console.print(f"wrote {args.out}")
     if args.plot is not None:
         plot(summary, configs, modes, args.plot)

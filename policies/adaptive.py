@@ -259,6 +259,15 @@ class AdaptivePolicy(Policy):
     def shadow_k(self) -> int:
         return min(SHADOW_K, self.config.max_k)
 
+    def expected_tokens(self, drafter: str, k: int) -> list[float] | None:
+        profile = self.profiles.get(drafter)
+        if profile is None:
+            return None
+        tokens = self._tokens_by_k.get(drafter)
+        if tokens is None:
+            tokens = self._tokens_by_k[drafter] = expected_tokens_by_k(profile.conditional_rates())
+        return tokens[: k + 1] if k < len(tokens) else None
+
     def k_for(self, drafter: str) -> int:
         """The draft length this policy would use with ``drafter`` (for overrides forcing one)."""
         plan = self.plans().get(drafter)

@@ -81,6 +81,11 @@ class Policy:
         """The draft length this policy would use with ``drafter``; None when it has no opinion."""
         return None
 
+    def expected_tokens(self, drafter: str, k: int) -> list[float] | None:
+        """Expected tokens of a step verifying ``0..k`` tokens of a ``drafter`` draft, by this
+        policy's acceptance estimates (a batch weighs a row's draft by it); None: it has none."""
+        return None
+
 
 class PolicyWrapper(Policy):
     """Forwards every hook to ``inner``; subclasses override the ones they change."""
@@ -122,6 +127,9 @@ class PolicyWrapper(Policy):
 
     def k_for(self, drafter: str) -> int | None:
         return self.inner.k_for(drafter)
+
+    def expected_tokens(self, drafter: str, k: int) -> list[float] | None:
+        return self.inner.expected_tokens(drafter, k)
 
 
 class OverridePolicy(PolicyWrapper):

@@ -132,6 +132,17 @@ class MatchGate:
                 return min(floor, available)
         return best
 
+    def expected(self, order: int, available: int, ambiguous: bool = False) -> list[float]:
+        """Expected tokens of a step verifying the first ``k = 0..available`` tokens of a draft after
+        a match of ``order`` tokens (this request's lift included), as ``keep`` weighs them: what a
+        batch that must cut the draft further (``policies.batch_cap``) weighs it by."""
+        lift = self.request_lift()
+        out, reach = [1.0], 1.0
+        for rate in self._kind_rates((order, ambiguous))[: min(available, self.max_k)]:
+            reach *= min(rate * lift, MAX_RATE)
+            out.append(out[-1] + reach)
+        return out
+
     def request_lift(self) -> float:
         """This request's acceptance relative to the per-kind estimates (1.0: as expected)."""
         weight = self.lift_weight

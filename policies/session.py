@@ -107,6 +107,15 @@ class DecodeSession:
             plan.skipped = (match_order, ambiguous)
         return keep
 
+    def expected(self, plan: StepPlan, kept: int, match_order: int | None = None, ambiguous: bool = False) -> list[float] | None:
+        """Expected tokens of the step at each length ``0..kept`` of the draft ``cut`` kept: the
+        gate's estimate for its match, else the policy's for its drafter; None where neither has one."""
+        if kept == 0:
+            return [1.0]
+        if plan.gate is not None and match_order is not None:
+            return plan.gate.expected(match_order, kept, ambiguous)
+        return self.policy.expected_tokens(plan.drafter, kept)
+
     def finish(self, plan: StepPlan, proposed: int, num_accepted: int, emitted: int, draft_s: float,
                verify_s: float, context_len: int, *, first_token_right: bool = False,
                match_order: int | None = None, match_ambiguous: bool = False,

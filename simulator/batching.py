@@ -23,7 +23,8 @@ One iteration::
                 several iterations, each priced as one forward over its chunk
     2. plan:    each running sequence's session asks its policy for (drafter, k), capped to its
                 budget, through the match gate (``policies.session``, as the engine does)
-    3. draw:    proposed and accepted per sequence from its class's acceptance profile
+    3. draw:    proposed and accepted per sequence from its class's acceptance profile; with
+                ``draft_cap``, the batch then cuts what the gates kept (``BatchDraftCap.pick``)
     4. cost:    draft_s (per drafter: batched = longest draft, unbatched = sum) + verify_s(batch,
                 widest sequence, tokens across the batch, context across the batch); where the
                 profile timed this engine's batched forward (``metadata.batched_forward: padded``,
@@ -37,9 +38,9 @@ One iteration::
 As in the engine's batched decoder (``adaptive_spec/batching/engine.py``): a learning controller
 serves one sequence at a time, so concurrent sequences of one key (or of the replica, with
 ``policy_scope: replica``) get controllers of their own, the pool's first, then replicas built from
-the same spec; and with ``draft_cap`` a ``policies.batch_cap.BatchDraftCap`` caps the drafts of the
-sequences those controllers serve at one length per iteration, learning from the iterations' costs
-and gains which length the batch can afford.
+the same spec; and with ``draft_cap`` a ``policies.batch_cap.BatchDraftCap`` cuts the drafts of the
+sequences those controllers serve to one length per iteration, weighing each sequence's expected
+tokens (its gate's estimate) against the iterations' fitted costs.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from __future__ import annotations
 import zlib
 
 from policies.batch_cap import BatchDraftCap
-from policies.session import StepPlan
 from policies.batch_layout import SlotAxis, scored_tokens
 from simulator.cost_model import forward_verify_s
 from simulator.drafts import Draft
@@ -69,7 +69,7 @@ class BatchingReplica(Replica):
         self._pools: dict[str, list] = {}  # key -> its controllers; one serves one sequence at a time
         self._busy: set[int] = set()  # ids of the controllers serving a sequence now
         super().__init__(*args, **kwargs)
-        self.draft_cap = BatchDraftCap(seed=self.policies.seed, plain_slowdown=plain_slowdown) if draft_cap else None
+        self.draft_cap = BatchDraftCap(plain_slowdown=plain_slowdown) if draft_cap else None
 
     def policy_for(self, key: str):
         """A controller for one sequence of ``key`` that serves no other now (the engine's ``_pooled``)."""
@@ -111,41 +111,26 @@ class BatchingReplica(Replica):
             # the cap binds the sequences learning controllers serve (a fixed config stands)
             bound = [not session.policy.stateless for _, session, *_ in running]
             plans = [session.plan(request.generated, self.tokens(request)) for request, session, *_ in running]  # 2
-            plain_rows = sum(plan.k == 0 for plan in plans)  # as the engine: rows the others' drafts would only slow
-            slack = min((seq[3] for seq, plan in zip(running, plans) if plan.k == 0), default=0.0)
-            context = max(self.axis.slots, max(seq[2] for seq in running))  # as the engine: its slot axis
-            cap = (self.draft_cap.choose(len(running), plain_rows, slack, context)
-                   if self.draft_cap is not None and any(bound) else None)
-            overruled = []  # as the engine: sequences the batch decodes plainly against their plans
-            for (request, session, *_), capped, plan in zip(running, bound, plans):
-                tokens = self.tokens(request)
-                k = min(plan.k, cap) if cap is not None and capped else plan.k
-                if k == plan.k:
-                    draft = drafts.draw(request.klass, session, plan, tokens)  # 3
-                else:  # drafted to the cap, as in the engine
-                    drawn = StepPlan(plan.action, plan.drafter, k, plan.gate, plan.early_stop, plan.generated)
-                    draft = drafts.draw(request.klass, session, drawn, tokens)
-                    plan.skipped = drawn.skipped
-                if k > 0:
+            for (request, session, *_), plan in zip(running, plans):
+                draft = drafts.draw(request.klass, session, plan, self.tokens(request))  # 3
+                if plan.k > 0:
                     looked_up.setdefault(plan.drafter, []).append(draft.looked_up)
                 steps.append((plan, draft))
-                overruled.append(k == 0 < plan.k)
-            applied = cap  # as the engine: the cap the iteration runs under learns its gain
-            if cap:  # as the engine: rows the gates left with nothing to verify bound the others' drafts
-                applied = afforded = self.draft_cap.afford([d.proposed for _, d in steps], bound, cap, self.scored,
-                                                           [seq[3] for seq in running], context)
-                if afforded < cap:
-                    overruled = [was or (capped and afforded == 0 and draft.proposed > 0)
-                                 for was, capped, (_, draft) in zip(overruled, bound, steps)]
-                    steps = [(plan, _trimmed(draft, afforded) if capped else draft)
-                             for (plan, draft), capped in zip(steps, bound)]
-            for (_, session, *_), (plan, _), plainly in zip(running, steps, overruled):
-                if plainly:
-                    session.overrule(plan)
+            context = max(self.axis.slots, max(seq[2] for seq in running))  # as the engine: its slot axis
+            cap = None
+            if self.draft_cap is not None and any(bound):  # as the engine: each sequence's expected tokens weigh its draft
+                expected = [session.expected(plan, draft.proposed, draft.match_order, draft.ambiguous)
+                            for (_, session, *_), (plan, draft) in zip(running, steps)]
+                cap = self.draft_cap.pick([d.proposed for _, d in steps], expected, bound, self.scored,
+                                          [seq[3] for seq in running], context)
+            if cap is not None:  # as the engine: the batch cuts what the sequences' gates kept
+                for (_, session, *_), capped, (plan, draft) in zip(running, bound, steps):
+                    if capped and cap == 0 and draft.proposed:
+                        session.overrule(plan)
+                steps = [(plan, _trimmed(draft, cap) if capped else draft) for (plan, draft), capped in zip(steps, bound)]
             seconds = self.iteration_s(running, steps, looked_up)
             yield env.timeout(seconds + self.overhead.step_s)  # 4, 5
-            if self.draft_cap is not None:  # every iteration teaches the cost; a capped one, the cap's gain
-                gained = [draft.accepted + 1 for (_, draft), capped in zip(steps, bound) if capped]
+            if self.draft_cap is not None:  # every iteration teaches the cost
                 # priced by the tokens scored, as the engine does (a packed forward: its rows' mean width)
                 widths = [draft.proposed + 1 for _, draft in steps]
                 emitted = [min(draft.accepted + 1, seq[0].output_tokens - seq[0].generated)
@@ -153,7 +138,7 @@ class BatchingReplica(Replica):
                 width = self.scored(widths) / len(widths)
                 for seq, credit in zip(running, self.draft_cap.credits(width, emitted, context) or ()):
                     seq[3] += credit  # as the engine: priced before the step joins the fit
-                self.draft_cap.observe(len(running), width, seconds, applied, len(gained), sum(gained), context)
+                self.draft_cap.observe(len(running), width, seconds, context)
             self.axis.forward([draft.proposed + 1 for _, draft in steps])
             running = self.finish_iteration(running, steps)  # 6
             self.axis.settle([seq[2] - 1 for seq in running])  # as the engine: compacts after the step

@@ -228,3 +228,45 @@ def test_a_new_request_weighs_the_last_requests_mix_of_lookups_as_a_couple_of_lo
     for _ in range(8):  # an open-ended request: lookups find nothing
         g.note_miss()
     assert g.seen[(0, False)] > 0.75 * sum(g.seen.values())  # its own lookups make the mix
+
+
+def test_a_batch_weighs_a_draft_by_the_expected_tokens_its_gate_cut_it_for():
+    """``expected`` is what ``keep`` weighs: the kept length is the best tokens per second of its
+    curve, and the curve carries the request's lift (a batch cutting the draft further uses it)."""
+    from policies.acceptance import expected_tokens_by_k
+    from policies.match_gate import MAX_RATE
+
+    g = gate()
+    for _ in range(30):
+        g.learn(3, 16, 16)
+        g.learn(1, 8, 1)
+    g.start_request(16.0)
+    for order in (1, 3):
+        curve = g.expected(order, 16)
+        rates = g.profiles[(order, False)].conditional_rates()
+        assert curve == pytest.approx(expected_tokens_by_k([min(r, MAX_RATE) for r in rates]))
+        kept = g.keep(order, 16)
+        assert kept == max(range(17), key=lambda k: (curve[k] / CPU_VERIFY[k], -k))
+    assert g.expected(3, 16)[16] > 10 > 3 > g.expected(1, 16)[16]  # a copy run against a weak match
+    assert len(g.expected(3, 5)) == 6 and g.expected(3, 5) == g.expected(3, 16)[:6]
+    before = g.expected(1, 8)
+    for _ in range(3):
+        g.learn(2, 8, 8)  # this request beats the estimates: every curve rises with its lift
+    assert all(a > b for a, b in zip(g.expected(1, 8)[1:], before[1:]))
+
+
+def test_a_session_says_what_a_draft_is_expected_to_bring():
+    from policies.outcome import Action
+    from policies.session import DecodeSession, StepPlan
+
+    policy = AdaptivePolicy(["ngram"])
+    session = DecodeSession(policy, 64, gated={"ngram"})
+    plan = StepPlan(Action("ngram", 16), "ngram", 16, gate=policy.draft_gate("ngram"))
+    assert plan.gate is not None
+    assert session.expected(plan, 0) == [1.0]  # nothing to verify: the step's one token
+    assert session.expected(plan, 4, match_order=2) == plan.gate.expected(2, 4)
+    # no match to go by: the policy's own estimate for the drafter
+    assert session.expected(plan, 4) == policy.expected_tokens("ngram", 4) and len(policy.expected_tokens("ngram", 4)) == 5
+    plain = StepPlan(Action("int8", 4), "int8", 4)
+    assert DecodeSession(policy, 64).expected(plain, 3) is None  # a drafter it does not know
+    assert DecodeSession(StaticPolicy("ngram", 4), 64).expected(StepPlan(Action("ngram", 4), "ngram", 4), 4) is None

@@ -43,19 +43,14 @@ def test_a_fixed_config_shares_one_object():
     env = simpy.Environment()
     sim = build_simulation(env, _scenario("static:ngram:4", 8))
     env.run()
-    assert sim.replicas[0]._pools == {} and sim.replicas[0].draft_cap.measured() == {}
+    assert sim.replicas[0]._pools == {} and sim.replicas[0].draft_cap._steps == 0  # nothing of theirs to cut
 
 
 def test_the_cap_shrinks_drafts_where_the_full_batch_cannot_afford_them():
     """At 64 sequences on the roofline profile a verify of 5 tokens a row costs several times one of
-    one token: the cap learns to draft less than the uncapped controllers and makes more tokens/s."""
+    one token: the cut drafts less than the uncapped controllers and makes more tokens/s."""
     capped = simulate(_scenario("adaptive", 64), with_timeseries=False).summary
     uncapped = simulate(_scenario("adaptive", 64, draft_cap=False), with_timeseries=False).summary
-    env = simpy.Environment()
-    sim = build_simulation(env, _scenario("adaptive", 64))
-    env.run()
-    tried = sim.replicas[0].draft_cap.measured()
-    assert len(tried) >= 3  # every cap tried before any is preferred
     assert capped["acceptance"]["tokens_per_step"] < uncapped["acceptance"]["tokens_per_step"]
     assert capped["throughput_tokens_s"] > uncapped["throughput_tokens_s"]
 
@@ -147,11 +142,8 @@ def test_rows_left_with_nothing_to_verify_bound_the_others_drafts_as_in_the_engi
     from policies.batch_cap import BatchDraftCap
 
     class Eight(BatchDraftCap):
-        def choose(self, rows, plain_rows=0, slack=0.0, context=0.0):  # before any draft, as if no row would decode plainly
-            return None if rows <= 1 else 8
-
-        def cost(self, rows, width, context=0.0):  # any multi-token row triples the step
-            return 0.01 * rows * (1 if width == 1 else 3)
+        def cost(self, rows, width, context=0.0):  # any multi-token row makes the step half as dear again
+            return 0.01 * rows * (1 if width == 1 else 1.5)
 
     class NoCredit(Eight):  # every row held to the bound step by step
         def credits(self, width, emitted, context=0.0):
@@ -177,7 +169,7 @@ def test_rows_left_with_nothing_to_verify_bound_the_others_drafts_as_in_the_engi
     # with credits (the default), a row whose earlier drafts put it ahead of plain decoding may
     # verify nothing beside others' drafts, as the engine's rows may; never more often than unbounded
     credited = [p for p in iterations(0.05, Eight) if 0 in p and max(p) > 0]
-    assert 0 < len(credited) < len(mixed)
+    assert 0 < len(credited) <= len(mixed)
 
 
 def test_the_replica_runs_the_servers_plain_slowdown_bound():

@@ -11,12 +11,12 @@ to what it accepted. Row by row the tokens are those of ``SpeculativeDecoder.gen
 
 The batch's speculation: in a padded forward every row pays for the widest row's width (a packed
 one, which ``SlotCache`` takes when rows' widths differ, charges each row its own tokens but still
-attends over the widest row's grid), so an optional
-``BatchDraftCap`` caps the drafts of the rows that learning controllers serve at the length that
-maximises the batch's tokens per second, predicted from the measured cost of the batch's shape
-and each cap's measured gain (``policies.batch_cap``), and cuts them further once the rows' own
-controllers have cut theirs if a row is left with nothing to verify and its credit (what its own
-accepted drafts saved it) does not cover what the others' drafts cost it (``BatchDraftCap.afford``).
+attends over the widest row's grid), so once the rows have drafted what their own controllers and
+match gates keep, an optional ``BatchDraftCap`` cuts the drafts of the rows that learning
+controllers serve to the common length that maximises the step's expected tokens per second: each
+row's tokens from its gate's estimate for the match it drafted from, the step's cost from the
+measured cost of the batch's shape; while a row would verify nothing, only lengths whose cost its
+credit (what its own accepted drafts saved it) and the slowdown bound cover (``policies.batch_cap``).
 Concurrent requests of one traffic key get controllers of their own (``_pooled``).
 
 What it does not do yet: drafters with a model of their own (their caches are per request; only
@@ -105,7 +105,7 @@ class BatchedDecoder:
         self.max_batch = max_batch
         self.prefill_chunk = prefill_chunk  # prompt tokens a step may prefill while rows decode (None: no limit)
         self.prefilling: _Row | None = None  # the request whose prompt is going in, chunk by chunk
-        # caps the drafts of rows served by learning controllers, per batch size (None: never)
+        # cuts the drafts of rows served by learning controllers to what a step affords (None: never)
         self.draft_cap = draft_cap
         self.slots = SlotCache(decoder.target.model, layout)  # padded or packed forwards (``SlotCache``)
         self.waiting: deque[_Row] = deque()
@@ -310,38 +310,31 @@ class BatchedDecoder:
         # request's own override is the caller's choice and stands (a batch of those learns nothing)
         bound = [_controller(row.policy) is not None and not _overridden(row.policy) for row in self.active]
         plans = [row.session.plan(len(row.generated), row.context) for row in self.active]
-        plain_rows = sum(plan.k == 0 for plan in plans)  # rows the others' drafts would only slow
-        slack = min((row.credit for row, plan in zip(self.active, plans) if plan.k == 0), default=0.0)
-        context = self.slots.slots  # every row's attention spans the slot axis: what the cap prices by
-        cap = (self.draft_cap.choose(rows, plain_rows, slack, context) if self.draft_cap is not None and any(bound)
-               else None)
-        proposals, overruled = [], []  # overruled: rows the batch decodes plainly against their plans
-        for row, capped, plan in zip(self.active, bound, plans):
+        proposals = []
+        for row, plan in zip(self.active, plans):
             drafter = row.drafters.get(plan.drafter)
             if drafter is None:
                 raise InvalidParameterError("drafter", plan.drafter, f"not loaded; loaded: {', '.join(decoder.drafters)}")
             validate_draft_len(plan.action.k)
-            k = min(plan.k, cap) if cap is not None and capped else plan.k
-            proposal = self._propose(row, drafter, k) if k > 0 else _EMPTY
+            proposal = self._propose(row, drafter, plan.k) if plan.k > 0 else _EMPTY
             kept = row.session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
             proposals.append((proposal, proposal.tokens[:kept]))
-            overruled.append(k == 0 < plan.k)
-        applied = cap  # the cap the step runs under: what it learns a gain for
-        if cap:  # the gates have cut: rows left with nothing to verify bound what the others' drafts cost
-            applied = afforded = self.draft_cap.afford([len(d) for _, d in proposals], bound, cap, self.slots.scored,
-                                                       [row.credit for row in self.active], context)
-            if afforded < cap:
-                overruled = [was or (capped and afforded == 0 and bool(d))
-                             for was, capped, (_, d) in zip(overruled, bound, proposals)]
-                proposals = [(p, d[:afforded] if capped else d) for (p, d), capped in zip(proposals, bound)]
-        for row, plan, plainly in zip(self.active, plans, overruled):
-            if plainly:
-                row.session.overrule(plan)
+        context = self.slots.slots  # every row's attention spans the slot axis: what the cut prices by
+        cap = None
+        if self.draft_cap is not None and any(bound):  # cut the bound rows' drafts to what the step affords
+            expected = [row.session.expected(plan, len(d), p.match_order, p.match_ambiguous)
+                        for row, plan, (p, d) in zip(self.active, plans, proposals)]
+            cap = self.draft_cap.pick([len(d) for _, d in proposals], expected, bound, self.slots.scored,
+                                      [row.credit for row in self.active], context)
+        if cap is not None:
+            for row, plan, capped, (_, drafts) in zip(self.active, plans, bound, proposals):
+                if capped and cap == 0 and drafts:  # decoded plainly against its plan: it learns a plain step
+                    row.session.overrule(plan)
+            proposals = [(p, d[:cap] if capped else d) for (p, d), capped in zip(proposals, bound)]
         inputs = [[row.context[-1], *drafts] for row, (_, drafts) in zip(self.active, proposals)]
         t1 = decoder._now()
         logits = self.slots.extend(inputs)
         done: list[int] = []
-        capped_rows = capped_tokens = 0
         verdicts, emitted = [], []
         for index, row in enumerate(self.active):
             proposal, drafts = proposals[index]
@@ -363,21 +356,19 @@ class BatchedDecoder:
             )
             row.stats.add_step(outcome)
             row.steps.append(outcome)
-            if bound[index]:
-                capped_rows, capped_tokens = capped_rows + 1, capped_tokens + len(step_tokens)
             if row.on_tokens is not None:
                 row.on_tokens(new)
             if row.info is not None:
                 decoder.observers.notify("on_step", row.info, outcome, row.session.drain_events())
             if row.stop_reason is not None:
                 done.append(index)
-        if self.draft_cap is not None:  # every step teaches the cost; a capped one, the cap's gain
+        if self.draft_cap is not None:  # every step teaches the cost
             # priced by the tokens the forward scored: a packed step's width is its rows' mean
             # credits first: priced by the fit that decided the step's cut, before the step joins it
             width = self.slots.last_tokens / rows
             for row, gained in zip(self.active, self.draft_cap.credits(width, emitted, context) or ()):
                 row.credit += gained
-            self.draft_cap.observe(rows, width, t2 - t0, applied, capped_rows, capped_tokens, context)
+            self.draft_cap.observe(rows, width, t2 - t0, context)
         if done:
             self.slots.remove(done)
             for index in done:

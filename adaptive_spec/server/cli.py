@@ -31,8 +31,8 @@ def serve(
     profile: Optional[Path] = typer.Option(None, help="With --max-batch above 1: a profile from `adaptive-spec calibrate "
                                            "--batch-sizes ...` whose timed steps start the batch's cost model."),
     plain_slowdown: str = typer.Option(str(BatchDraftCap.plain_slowdown), "--plain-slowdown", help="With --max-batch "
-                                       "above 1: the most others' drafts may slow a request that verifies nothing, as "
-                                       "a fraction of plain decoding, per step, widened by what the request's own accepted "
+                                       "above 1: the most others' drafts may slow a request, as a fraction of plain "
+                                       "decoding, per token it expects from the step, widened by what its own accepted "
                                        "drafts saved it; 'off': the batch's goodput alone decides, "
                                        "faster copying requests, slower open-ended ones."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
