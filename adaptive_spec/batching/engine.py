@@ -15,8 +15,9 @@ attends over the widest row's grid), so once the rows have drafted what their ow
 match gates keep, an optional ``BatchDraftCap`` cuts the drafts of the rows that learning
 controllers serve to the common length that maximises the step's expected tokens per second: each
 row's tokens from its gate's estimate for the match it drafted from, the step's cost from the
-measured cost of the batch's shape; while a row would verify nothing, only lengths whose cost its
-credit (what its own accepted drafts saved it) and the slowdown bound cover (``policies.batch_cap``).
+measured cost of the batch's shape; only lengths that slow no row beyond the slowdown bound, per
+token it expects from the step, widened by its credit (what its own accepted drafts saved it)
+(``policies.batch_cap``).
 Concurrent requests of one traffic key get controllers of their own (``_pooled``).
 
 What it does not do yet: drafters with a model of their own (their caches are per request; only
