@@ -70,6 +70,24 @@ class BatchingReplica(Replica):
         self._busy: set[int] = set()  # ids of the controllers serving a sequence now
         super().__init__(*args, **kwargs)
         self.draft_cap = BatchDraftCap(plain_slowdown=plain_slowdown) if draft_cap else None
+        if self.draft_cap is not None:
+            self.draft_cap.warm(self.priced_shapes())
+
+    def priced_shapes(self) -> list[tuple[int, float, float, float]]:
+        """``(rows, width, seconds, context)`` of forwards of several shapes, as this replica prices
+        them: what the batch's cost fit starts from. A server's cut has learned its machine's costs
+        from the traffic before (or from ``--profile``) by the time a measured run starts; started
+        cold, the replica's would let every draft through until its fit could price one."""
+        shapes = []
+        for rows in sorted({1, 2, 4, self.max_batch} & set(range(1, self.max_batch + 1))):
+            for context in (64, 256, 1024):
+                for widths in ([1] * rows, *([w] + [1] * (rows - 1) for w in (2, 5, 9, 17)), *([w] * rows for w in (2, 5, 9))):
+                    try:
+                        seconds = forward_verify_s(self.cost, widths, [context] * rows, context)
+                    except ValueError:  # a profile that cannot price this shape: running one says so
+                        continue
+                    shapes.append((rows, self.scored(widths) / rows, seconds, context))
+        return shapes
 
     def policy_for(self, key: str):
         """A controller for one sequence of ``key`` that serves no other now (the engine's ``_pooled``)."""

@@ -2,6 +2,7 @@
 one sequence at a time (concurrent ones get controllers of their own), and the engine's
 ``BatchDraftCap`` caps learning sequences' drafts as the batch fills, from measured costs."""
 
+import pytest
 import simpy
 
 from simulator import build_simulation, scenario_from_dict, simulate
@@ -190,3 +191,14 @@ def test_the_replica_runs_the_servers_plain_slowdown_bound():
     for bad in (-0.1, float("nan"), float("inf"), "0.1", True, None):
         with pytest.raises(ValueError, match="replicas.plain_slowdown"):
             scenario_from_dict(scenario_dict(replicas={"mode": "batching", "plain_slowdown": bad}))
+
+
+def test_the_replicas_cut_starts_from_its_own_prices_as_a_running_servers_has_learned_its_machines():
+    from simulator.cost_model import forward_verify_s
+
+    replica = build_simulation(simpy.Environment(), _scenario("adaptive", 8)).replicas[0]
+    cap = replica.draft_cap
+    for rows, widths, context in ((1, [1], 64), (4, [1] * 4, 256), (8, [9] + [1] * 7, 1024), (2, [5, 5], 256)):
+        priced = forward_verify_s(replica.cost, widths, [context] * rows, context)
+        assert cap.cost(rows, replica.scored(widths) / rows, context) == pytest.approx(priced, rel=0.15)
+    assert build_simulation(simpy.Environment(), _scenario("adaptive", 8, draft_cap=False)).replicas[0].draft_cap is None
