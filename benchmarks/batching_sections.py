@@ -78,7 +78,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
             f"({drawn}, the same seeded choice every run) on `/v1/chat/completions`, sent as fast "
             f"as the concurrency allows, {data['max_tokens']} new tokens, greedy. A config is a per-request "
             "`speculation` override on a traffic key of its own (`static:ngram:8`: ngram, k = 8; `plain`: off; "
-            f"`adaptive`: the server's controllers, capped by what the batch affords). {runs_text}. *Drafting*: "
+            f"`adaptive`: the server's controllers, their drafts cut to what pays in the batch). {runs_text}. *Drafting*: "
             "share of decode steps that verified a draft, from the responses' own statistics.")
     if predicted:
         what += (f" *Simulated*: the simulator's batching replica (max batch {data['max_batch']}, prefill chunk "
