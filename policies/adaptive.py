@@ -236,10 +236,7 @@ class AdaptivePolicy(Policy):
                 if not math.isnan(gated):
                     plans[drafter] = DrafterPlan(drafter, max_k, gated, profile.pooled_rate)
                     continue
-            # a drafter's expected tokens and draft costs change only when it is observed itself
-            tokens = self._tokens_by_k.get(drafter)
-            if tokens is None:
-                tokens = self._tokens_by_k[drafter] = expected_tokens_by_k(profile.conditional_rates())
+            tokens = self._expected_by_k(drafter)
             draft = self._draft_s_by_k.get(drafter)
             if draft is None:
                 draft = self._draft_s_by_k[drafter] = self.costs.draft_s_by_k(drafter, max_k)
@@ -260,13 +257,17 @@ class AdaptivePolicy(Policy):
         return min(SHADOW_K, self.config.max_k)
 
     def expected_tokens(self, drafter: str, k: int) -> list[float] | None:
-        profile = self.profiles.get(drafter)
-        if profile is None:
+        if drafter not in self.profiles:
             return None
+        tokens = self._expected_by_k(drafter)
+        return tokens[: k + 1] if k < len(tokens) else None
+
+    def _expected_by_k(self, drafter: str) -> list[float]:
+        # a drafter's expected tokens (and draft costs) change only when it is observed itself
         tokens = self._tokens_by_k.get(drafter)
         if tokens is None:
-            tokens = self._tokens_by_k[drafter] = expected_tokens_by_k(profile.conditional_rates())
-        return tokens[: k + 1] if k < len(tokens) else None
+            tokens = self._tokens_by_k[drafter] = expected_tokens_by_k(self.profiles[drafter].conditional_rates())
+        return tokens
 
     def k_for(self, drafter: str) -> int:
         """The draft length this policy would use with ``drafter`` (for overrides forcing one)."""

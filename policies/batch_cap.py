@@ -59,9 +59,10 @@ CONTEXT_UNIT = 1000.0  # tokens: context enters the fit in thousands, near the o
 class BatchDraftCap:
     decay: float = 0.99  # per step: a half-life of ~70 steps
     plain_every: int = 32
-    # while a row of the batch verifies nothing, the most a step may cost over a plain step of the
-    # same rows: that row gains nothing from the others' drafts and pays for the wider forward, so
-    # without a bound the batch's goodput buys copying rows' speed with open-ended rows' latency.
+    # the most a step may cost a row over a plain step of the same rows, per token the row expects
+    # from it: a row that verifies nothing gains nothing from the others' drafts and pays for the
+    # wider forward, so without a bound the batch's goodput buys copying rows' speed with
+    # open-ended rows' latency.
     # The guard's own tolerance of a speculative step against plain ones: a request is not made
     # slower than plain decoding by its neighbours either (benchmarks/serve_tradeoff.py measures
     # others). None: the batch's goodput alone decides
