@@ -112,3 +112,34 @@ def test_bench_reads_the_corpus_and_its_test_split(tmp_path):
 ])
 def test_cut_keeps_whole_sentences(text, limit, expected):
     assert build.cut(text, limit) == expected
+
+
+def test_the_repetitive_workloads_are_what_their_builder_writes_and_share_no_profile():
+    from benchmarks.corpus import repetitive
+
+    sources = {}
+    for workload in repetitive.WORKLOADS:
+        path = CORPUS_DIR / workload.file
+        assert repetitive.render(repetitive.build(workload)) == path.read_text(encoding="utf-8"), workload.file
+        rows = load_prompts(path)
+        assert [r.split for r in rows] == ["dev"] * repetitive.DEV + ["test"] * (repetitive.COUNT - repetitive.DEV)
+        assert {r.kind for r in rows} == {workload.kind}
+        sources[workload.file] = {json.loads(line)["source"] for line in path.read_text().splitlines()}
+    main_corpus = {r["source"].split()[0] for r in ROWS}
+    files = list(sources)
+    assert not sources[files[0]] & sources[files[1]]
+    assert not {s.split()[0] for s in sources[files[0]] | sources[files[1]]} & main_corpus
+
+
+def test_the_code_workload_prompt_holds_no_code_to_copy():
+    # what `suffix` can draft there must come from earlier answers, not from the prompt
+    rows = load_prompts(CORPUS_DIR / "repetitive_code.jsonl")
+    for row in rows:
+        assert not any(code in row.prompt for code in ("def ", "self.", "__init__", "return ", "```")), row.id
+
+
+def test_a_stride_with_too_few_profiles_is_refused():
+    from benchmarks.corpus import repetitive
+
+    with pytest.raises(ValueError, match="offset 500"):
+        repetitive.build(repetitive.Workload("x.jsonl", "{text}", "k", "x", 500))
