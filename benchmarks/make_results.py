@@ -29,7 +29,7 @@ from pathlib import Path
 
 from benchmarks.bench_sections import adaptive_rows, bench_section, best, corpus_section, per_round_of
 from adaptive_spec.paired import compare
-from benchmarks.suffix_sections import suffix_section
+from benchmarks.suffix_sections import present as suffix_workloads, suffix_section
 from benchmarks.batching_sections import (batching_section, packed_forward_section, prefill_chunk_section,
                                           serve_batching_goodput_section, serve_batching_section,
                                           serve_tradeoff_section)
@@ -531,10 +531,13 @@ def headline(results_dir: Path = RESULTS_DIR) -> str:
         rows.append([f"{batching['requests']} requests at once, plain: {widest} vs one by one",
                      f"**{plain['throughput_ratio']:.2f}×** output tok/s [{plain['ratio_ci'][0]:.2f}, "
                      f"{plain['ratio_ci'][1]:.2f}]", link("batching.json")])
-    if (results_dir / "suffix_repetitive.json").exists():
-        c = compare(load(results_dir, "suffix_repetitive.json")["per_round"], "adaptive-suffix", "adaptive", "")
-        rows.append(["repetitive JSON extraction: `adaptive` with `suffix` vs without",
-                     f"**{c.median:.2f}×** [{c.low:.2f}, {c.high:.2f}]", link("suffix_repetitive.json")])
+    workloads = suffix_workloads(results_dir)
+    if workloads:  # one row: the README is short
+        gains = [compare(load(results_dir, w.bench)["per_round"], "adaptive-suffix", "adaptive", "") for w in workloads]
+        rows.append([f"repetitive {'; '.join(w.name.removeprefix('repetitive ') for w in workloads)}: "
+                     "`adaptive` with `suffix` vs without",
+                     "; ".join(f"**{c.median:.2f}×** [{c.low:.2f}, {c.high:.2f}]" for c in gains),
+                     ", ".join(link(w.bench) for w in workloads)])
     return table(["measured", "result", "data"], rows)
 
 

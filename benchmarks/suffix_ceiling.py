@@ -220,6 +220,8 @@ def plot(result: dict, bench: dict, path: Path) -> None:
     axis.set_xticks(list(x), [i.split("-")[-1] for i in ids], fontsize=8)
     axis.set(xlabel="prompt (in stream order)", ylabel="speed over plain decoding",
              title="Measured speed against the hindsight ceiling, per prompt")
+    top = max(max(max(measured[c]), *(r["plain_s"] / r[c]["seconds"] for r in result["requests"])) for c in configs)
+    axis.set_ylim(0, top * 1.3)  # headroom: the legend sits above the bars and points
     axis.legend(loc="upper left", fontsize=8, ncols=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
