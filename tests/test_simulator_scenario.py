@@ -130,5 +130,18 @@ def test_a_shipped_scenario_loads_by_name_from_anywhere(tmp_path, monkeypatch):
     scenario = load_scenario("smollm2_cpu_shift")
     assert scenario.name == "smollm2-cpu-copy-to-open" and scenario.profile.metadata.get("model")
     assert load_scenario("smollm2_cpu_shift.yaml").name == scenario.name
-    with pytest.raises(ValueError, match="shipped scenarios, by name: example_shift, smollm2_cpu_shift"):
+    with pytest.raises(ValueError, match="shipped scenarios, by name: example_shift, smollm2_cpu_code_template, smollm2_cpu_shift"):
         load_scenario("no_such_scenario")
+
+
+def test_the_code_template_scenario_drafts_from_the_measured_suffix_acceptance():
+    # calibrate measured the suffix drafter on the repetitive code workload: its acceptance (with the
+    # match kinds the gate prices by) is in the profile, and the simulator drafts with it
+    scenario = load_scenario("smollm2_cpu_code_template")
+    assert scenario.profile.metadata.get("illustrative") is False
+    assert {"ngram", "int8", "suffix"} <= set(scenario.drafters)
+    runs = {spec: simulate(with_traffic(scenario, rate=0.02), spec).summary for spec in ("none", "static:suffix:8")}
+    assert runs["none"]["acceptance"]["tokens_per_step"] == 1.0
+    # tokens per step is acceptance: a suffix profile that accepted nothing would leave it at 1
+    assert runs["static:suffix:8"]["acceptance"]["tokens_per_step"] > 2.0
+    assert runs["static:suffix:8"]["e2e_s"]["p50"] < runs["none"]["e2e_s"]["p50"]
