@@ -13,6 +13,8 @@ from benchmarks.suffix_ceiling import measured_speedups
 
 CORPUS = "suffix_corpus.json"
 LOOKUP = "suffix_lookup.json"
+SIMULATED = "suffix_simulated.json"
+SIMULATED_SCENARIO = "simulator/scenarios/smollm2_cpu_code_template.yaml"
 CORPUS_FILE = "benchmarks/corpus/corpus.jsonl"
 TARGET_GAIN = 1.5  # adaptive-suffix over adaptive and over transformers' prompt lookup, repetitive workload
 
@@ -42,8 +44,10 @@ WORKLOADS = (
     Workload("repetitive code generation", "suffix_repetitive_code.json", "suffix_ceiling_code.json",
              "suffix_ceiling_code.png", "benchmarks/corpus/repetitive_code.jsonl",
              "One code-generation template (a Python class for the country, with a method returning its facts "
-             "as a dictionary; no code in the prompt) over World Factbook country profiles ({prompts}, written by "
-             + STREAM),
+             "as a dictionary; no code in the prompt), chosen among ten on other profiles for how much of the "
+             "answers a `suffix` drafter could draft from earlier ones "
+             "([`corpus/README.md`](corpus/README.md#repetitive-workloads)), over World Factbook country "
+             "profiles ({prompts}, written by " + STREAM),
 )
 CORPUS_WHAT = (
     "The public corpus ({prompts}; see [`corpus/README.md`](corpus/README.md)), `test` split: traffic that "
@@ -72,6 +76,8 @@ def suffix_section(results_dir: Path, dates: dict | None) -> str:
     for w in workloads:
         if (results_dir / w.ceiling).exists():
             parts += [f"### The most any controller could gain: {w.name}", ceiling_table(results_dir, w, dates)]
+    if (results_dir / SIMULATED).exists():
+        parts += ["### The simulator with the suffix drafter", simulated_table(results_dir, dates)]
     if (results_dir / LOOKUP).exists():
         parts += ["### What a lookup costs", lookup_table(results_dir, dates)]
     return "\n\n".join(parts)
@@ -174,3 +180,25 @@ def ceiling_table(results_dir: Path, w: Workload, dates: dict | None) -> str:
     parts = [what, table(["drafters", "may use", "seconds (priced)", "tok/s", "× plain", "steps"], rows), gain, figure,
              provenance(results_dir, [w.ceiling], dates, command, machine_line(data))]
     return "\n\n".join(p for p in parts if p)
+
+
+def simulated_table(results_dir: Path, dates: dict | None) -> str:
+    """``simulate compare`` on the code-template scenario: the suffix drafter's acceptance per class,
+    as calibrate measured it, driving the simulator's policies."""
+    runs = load(results_dir, SIMULATED)
+    rows = []
+    for run in runs:
+        summary = run["summary"]
+        e2e, tpot = summary["e2e_s"], summary["tpot_s"]
+        rows.append([f"`{run['policy']}`", f"{e2e['p50']:.2f} / {e2e['p95']:.2f}", f"{1e3 * tpot['p50']:.1f}",
+                     f"{summary['acceptance']['tokens_per_step']:.2f}", f"{summary['slo_attainment']:.1%}"])
+    first = runs[0]
+    what = (f"The scenario [`{SIMULATED_SCENARIO}`](../{SIMULATED_SCENARIO}) (`{first['scenario']}`, seed "
+            f"{first['seed']}): one endpoint serving the code template at a steady rate, on the profile that "
+            "`calibrate` measured on the workload's `dev` split with `ngram`, `int8` and `suffix` (command in the "
+            "scenario file). The profile holds `suffix`'s acceptance for the class and by kind of match, as "
+            "for `ngram`, so the controller's match gate prices its drafts; it is an average over a history "
+            "filling from empty, which a simulated request does not see grow.")
+    command = f".venv/bin/adaptive-spec simulate compare {SIMULATED_SCENARIO} --json benchmarks/results/{SIMULATED}"
+    return "\n\n".join([what, table(["policy", "E2E p50 / p95 s", "TPOT p50 ms", "tokens per step", "SLO attainment"],
+                                     rows), provenance(results_dir, [SIMULATED], dates, command, "the simulator (no model; seeded, the same on any machine)")])
