@@ -5,8 +5,9 @@ speculative run writes the same tokens. So at each position of it the context is
 drafter's proposal there is known, and so is how many of its tokens the target would accept. This
 runs the real drafters at every position of the real outputs (the ``suffix`` drafter's history
 filled with the earlier prompts' outputs, in file order, as in ``bench``), prices each choice with the
-profile's fitted costs (verify by width and context, a model drafter's tokens, prefill), and finds
-the cheapest sequence of steps by dynamic programming: the time a controller that knew every
+profile's fitted costs (verify by width and context, a model drafter's tokens, prefill; the prefill
+emits the first token, as in the engine, so steps start at the second), and finds the cheapest
+sequence of steps by dynamic programming: the time a controller that knew every
 outcome in advance would take. No controller does better with these drafters at these costs; the
 ceiling of one drafter set over another's bounds what adding drafters can buy on the workload.
 
@@ -31,6 +32,7 @@ from typing import Callable, Sequence
 SETS = {"ngram": ("ngram",), "adaptive": ("ngram", "int8"), "ngram+suffix": ("ngram", "suffix"),
         "adaptive-suffix": ("ngram", "int8", "suffix")}
 LOOKUPS = ("ngram", "suffix")  # drafters priced at their measured seconds per call (no per-token cost)
+FIRST_STEP = 1  # the prefill emits output[0]; decoding steps (and drafts) start at position 1
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,9 @@ def position_steps(output: Sequence[int], i: int, drafts: dict[str, list[int]], 
 def request_ceiling(output: list[int], all_drafts: list[dict[str, list[int]]], drafters: Sequence[str],
                     price_at: Callable[[int], Callable[[str, int], float]]) -> dict:
     """The ceiling for one request: ``all_drafts[i]`` are the proposals at position ``i``,
-    ``price_at(i)`` prices steps there (context grows with ``i``)."""
-    options = [position_steps(output, i, all_drafts[i], drafters, price_at(i)) for i in range(len(output))]
+    ``price_at(i)`` prices steps there (context grows with ``i``). The first token is the prefill's
+    (its last position's logits), as in the engine: steps start at position 1."""
+    options = [position_steps(output, i, all_drafts[i], drafters, price_at(i)) for i in range(FIRST_STEP, len(output))]
     seconds, path = cheapest(options)
     return {"decode_s": seconds, "steps": len(path)}
 
@@ -151,7 +154,7 @@ def ceilings(requests: list[dict], cost) -> dict:
     for r in requests:
         n, prefill = len(r["output"]), cost.prefill_s(r["prompt_tokens"])
         row = {"id": r["id"], "new_tokens": n, "prefill_s": prefill,
-               "plain_s": prefill + sum(cost.verify_s(1, r["prompt_tokens"] + i) for i in range(n))}
+               "plain_s": prefill + sum(cost.verify_s(1, r["prompt_tokens"] + i) for i in range(FIRST_STEP, n))}
         for name, drafters in SETS.items():
             c = request_ceiling(r["output"], r["drafts"], drafters, lambda i: price_at(r["prompt_tokens"] + i))
             row[name] = {"seconds": prefill + c["decode_s"], "steps": c["steps"]}
@@ -163,10 +166,11 @@ def ceilings(requests: list[dict], cost) -> dict:
 
 
 def first_token_right(requests: list[dict]) -> dict:
-    """At how many positions each drafter's first token is the output's, and ``suffix``'s alone."""
+    """At how many decoding positions (all but the first, which the prefill emits) each drafter's first
+    token is the output's, and ``suffix``'s alone."""
     counts = {"positions": 0, "ngram": 0, "int8": 0, "suffix": 0, "suffix_only": 0}
     for r in requests:
-        for i, drafts in enumerate(r["drafts"]):
+        for i, drafts in enumerate(r["drafts"][FIRST_STEP:], start=FIRST_STEP):
             right = {name: bool(drafts[name]) and drafts[name][0] == r["output"][i] for name in ("ngram", "int8", "suffix")}
             counts["positions"] += 1
             for name, ok in right.items():

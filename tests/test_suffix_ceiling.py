@@ -96,7 +96,7 @@ def fake_requests(seed, n_requests=3, length=20, max_k=8):
 
 def static_seconds(request, cost, drafter, k, lookup_s):
     """A fixed policy: draft ``k`` with one drafter at every step."""
-    output, i, spent = request["output"], 0, cost.prefill_s(request["prompt_tokens"])
+    output, i, spent = request["output"], 1, cost.prefill_s(request["prompt_tokens"])  # the prefill emits output[0]
     while i < len(output):
         draft = request["drafts"][i][drafter][:k]
         spent += (lookup_s if drafter != "int8" else cost.draft_s(drafter, len(draft))) + cost.verify_s(len(draft) + 1, request["prompt_tokens"] + i)
@@ -128,10 +128,12 @@ def test_a_drafter_that_is_always_right_reaches_the_cheapest_possible_steps():
                "lookup_s": {"ngram": [0.0], "suffix": [0.0]}}
     result = ceilings([request], cost)
     row = result["requests"][0]
-    # three drafted + the target's own: four tokens a step, three steps, each at width four
+    # the prefill emits the first token; then three drafted + the target's own: four tokens a step at
+    # width four, and the last three tokens at width three
     assert row["ngram+suffix"]["steps"] == 3
-    assert row["ngram+suffix"]["seconds"] == pytest.approx(3 * cost.verify_s(4, 0) + 0.0, abs=0.01)
-    assert row["ngram"]["steps"] == 12  # nothing to draft: plain
+    assert row["ngram+suffix"]["seconds"] == pytest.approx(2 * cost.verify_s(4, 0) + cost.verify_s(3, 0), abs=0.01)
+    assert row["ngram"]["steps"] == 11  # nothing to draft: plain, one step per token after the first
+    assert row["plain_s"] == pytest.approx(11 * cost.verify_s(1, 0), abs=0.01)
 
 
 def test_collect_runs_every_drafter_at_every_position_of_the_plain_output():
