@@ -138,7 +138,8 @@ def ceiling_table(results_dir: Path, w: Workload, dates: dict | None) -> str:
             "computed in advance: the real drafters propose up to "
             f"{data['max_k']} tokens at every position (`suffix` drafting from the earlier prompts' outputs, as in "
             f"the measured run), each choice is priced by the fitted costs of the profile `{data['profile']}` (verify by width and context, "
-            "`int8` per drafted token, prefill; lookups at their measured seconds per call), and dynamic "
+            "`int8` per drafted token, prefill, which emits the first token; lookups at their measured seconds per "
+            "call), and dynamic "
             "programming finds the cheapest sequence of steps: what a controller that knew every outcome in "
             "advance would take. No controller does better with these drafters at these costs.")
     ceiling_gain = t["adaptive"] / t["adaptive-suffix"]
@@ -153,6 +154,8 @@ def ceiling_table(results_dir: Path, w: Workload, dates: dict | None) -> str:
     above = [r["id"] for r, s in zip(requests, per_prompt["adaptive-suffix"])
              if s > r["plain_s"] / r["adaptive-suffix"]["seconds"]]
     plain_tps = bench["configs"]["plain"]["tokens_per_s"]
+    measured_steps = [(p["seconds"] - p["prefill_s"], p["steps"]) for p in bench["configs"]["adaptive-suffix"]["prompts"]]
+    priced_steps = [(r["adaptive-suffix"]["seconds"] - r["prefill_s"], r["adaptive-suffix"]["steps"]) for r in requests]
     gain = "\n".join([
         f"- The outputs are the measured run's: {same} of {len(requests)} equal its `plain` outputs token for token.",
         f"- Ceiling of `adaptive-suffix` over `adaptive`: **{ceiling_gain:.2f}×** (each with a perfect controller).",
@@ -168,8 +171,10 @@ def ceiling_table(results_dir: Path, w: Workload, dates: dict | None) -> str:
         f"- Per prompt (the figure, median of rounds), `adaptive-suffix` is behind `adaptive` on {len(behind)} of "
         f"{len(requests)}" + (f": {', '.join(f'`{i}`' for i in behind)}." if behind else "."),
         *([f"- `adaptive-suffix` measured above its ceiling on {len(above)} of {len(requests)} prompts: the ceiling "
-           "is priced with the profile's costs, not the run's own, and the machine's speed moves between days "
-           f"(`plain` ran at {plain_tps:.1f} tok/s in the run, {tokens / t['plain']:.1f} priced)."] if above else [])])
+           "is priced with the profile's fitted costs, not the run's own timings. `plain` ran at "
+           f"{plain_tps:.1f} tok/s in the run, {tokens / t['plain']:.1f} priced; an `adaptive-suffix` step took "
+           f"{1e3 * step_s(measured_steps):.0f} ms in the run and {1e3 * step_s(priced_steps):.0f} ms on the "
+           "ceiling's path (mean over the prompts' decoding steps)."] if above else [])])
     command = (f".venv/bin/python -m benchmarks.suffix_ceiling --prompts {data['prompts_file']} --split {data['split']} "
                f"--max-new-tokens {data['max_new_tokens']} --profile {data['profile']} --out benchmarks/results/{w.ceiling} \\\n"
                f"  --measured benchmarks/results/{w.bench} --plot benchmarks/results/{w.plot}\n"
@@ -202,3 +207,8 @@ def simulated_table(results_dir: Path, dates: dict | None) -> str:
     command = f".venv/bin/adaptive-spec simulate compare {SIMULATED_SCENARIO} --json benchmarks/results/{SIMULATED}"
     return "\n\n".join([what, table(["policy", "E2E p50 / p95 s", "TPOT p50 ms", "tokens per step", "SLO attainment"],
                                      rows), provenance(results_dir, [SIMULATED], dates, command, "the simulator (no model; seeded, the same on any machine)")])
+
+
+def step_s(runs: list[tuple[float, int]]) -> float:
+    """Mean seconds per decoding step over ``(seconds, steps)`` pairs."""
+    return sum(seconds for seconds, _ in runs) / max(1, sum(steps for _, steps in runs))
