@@ -135,6 +135,31 @@ def test_a_packed_step_scores_only_each_rows_own_tokens(monkeypatch):
         SlotCache(tiny_llama(seed=3), layout="ragged")
 
 
+def test_a_batch_step_never_copies_key_and_value_heads_per_query_head(monkeypatch):
+    # grouped-query attention (4 query heads, 2 key/value heads here) runs in torch's kernel: copying
+    # the whole cache once per query head, every layer, was most of what a draft cost the other rows
+    import transformers.integrations.sdpa_attention as sdpa_attention
+
+    model = tiny_llama(seed=3)
+    assert model.config.num_attention_heads > model.config.num_key_value_heads
+    slots = SlotCache(model)
+    for prompt in ([1, 2, 3], [4, 5], [6, 7, 8, 9]):
+        slots.add(prompt)
+    copies = []
+    original = sdpa_attention.repeat_kv
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda x, n: copies.append(n) or original(x, n))
+    layouts = []
+    for inputs in ([[1, 2, 3, 4, 5], [1], [2]], [[1, 2], [3, 4], [5, 6]], [[1], [2], [3]]):
+        logits = slots.extend(inputs)
+        layouts.append(slots.last_layout)
+        for row, tokens in enumerate(slots.tokens):
+            torch.testing.assert_close(logits[row], fresh_logits(model, tokens, len(inputs[row])), rtol=1e-9, atol=1e-9)
+    assert layouts == ["packed", "padded", "padded"] and copies == []
+    monkeypatch.setattr("adaptive_spec.batching.slots._kernel_gqa", lambda module, query: False)
+    slots.extend([[1, 2, 3], [4], [5]])  # the check has teeth: transformers' own path copies
+    assert copies
+
+
 def test_a_request_that_does_not_fit_is_refused_alone_and_the_batch_goes_on(decoder):
     engine = BatchedDecoder(decoder, max_batch=4)
     kept = engine.submit(PROMPTS[0], policy=policy("static:ngram:8"), max_new_tokens=20)

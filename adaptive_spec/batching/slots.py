@@ -30,6 +30,10 @@ Two forms of the step's forward, the same logits (to rounding) and the same cach
   wrapper spreads and gathers the queries only while a packed forward runs in the calling thread,
   and is the plain ``sdpa`` otherwise.
 
+In either form, on CPU, rows more than one token wide attend with grouped-query attention inside
+torch's kernel rather than through transformers' copy of every key and value head per query head
+(``_kernel_gqa``), a copy of the whole cache at every layer that made a draft dear for every row.
+
 ``layout="auto"`` packs exactly when the rows' widths differ (``policies.batch_layout``, which the
 simulator's batching replica shares).
 
@@ -71,19 +75,41 @@ class _Spread:
         return grid.reshape(self.rows * self.width, *grid.shape[2:])[self.index][None]
 
 
-_SPREAD = threading.local()  # .spread: the packed forward running in this thread, if any
+_SPREAD = threading.local()  # .spread: the packed forward running in this thread, if any; .batch: a batch step's
 _REGISTERED = ALL_ATTENTION_FUNCTIONS["sdpa"]
 _SDPA = getattr(_REGISTERED, "original_sdpa", _REGISTERED)  # (this module imported again: not the wrapper)
 
 
 def _rows_sdpa(module, query, key, value, attention_mask, **kwargs):
-    """transformers' ``sdpa``, except inside a packed forward of this thread: the queries are spread
-    into their rows, attend to the rows' cache under the rows' mask, and are gathered back."""
+    """transformers' ``sdpa``, except in a batch step of this thread: inside a packed forward the
+    queries are spread into their rows, attend to the rows' cache under the rows' mask, and are
+    gathered back; and multi-token rows on CPU attend with grouped-query attention in the kernel."""
     spread = getattr(_SPREAD, "spread", None)
-    if spread is None:
-        return _SDPA(module, query, key, value, attention_mask, **kwargs)
-    out, weights = _SDPA(module, spread.spread(query), key, value, spread.mask, **kwargs)
-    return spread.gather(out), weights
+    if spread is not None:
+        query, attention_mask = spread.spread(query), spread.mask
+    if getattr(_SPREAD, "batch", False) and _kernel_gqa(module, query):
+        out, weights = _gqa_sdpa(query, key, value, attention_mask, **kwargs), None
+    else:
+        out, weights = _SDPA(module, query, key, value, attention_mask, **kwargs)
+    return (spread.gather(out) if spread is not None else out), weights
+
+
+def _kernel_gqa(module, query) -> bool:
+    """Whether a batch step's attention should let torch's kernel share each key/value head among
+    its query heads. transformers does so only without a mask (on CUDA a mask sends grouped-query
+    attention to the slow math kernel) or for one-token queries; otherwise it copies every key and
+    value head once per query head it serves, the whole cache, every layer and step. A batch step
+    always has a mask, and a row's drafts make its queries many tokens wide: on CPU that copy was
+    most of what a draft cost the other rows."""
+    return query.device.type == "cpu" and query.shape[2] > 1 and getattr(module, "num_key_value_groups", 1) > 1
+
+
+def _gqa_sdpa(query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **_):
+    """[rows, heads, q, d] queries over [rows, kv_heads, k, d] keys and values -> [rows, q, heads, d],
+    as transformers' ``sdpa`` returns it."""
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                          dropout_p=dropout, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2).contiguous()
 
 
 _rows_sdpa.original_sdpa = _SDPA
@@ -251,8 +277,12 @@ class SlotCache:
         step = torch.arange(width, device=self.device)
         positions = torch.tensor([len(t) for t in self.tokens], device=self.device)[:, None] + step
         self.valid = torch.cat([self.valid, step[None, :] < torch.tensor(widths, device=self.device)[:, None]], dim=1)
-        out = self.model(input_ids=ids, attention_mask=self.valid.long(), position_ids=positions, use_cache=True,
-                         **{self._cache_kwarg: self.cache})
+        _SPREAD.batch = True
+        try:
+            out = self.model(input_ids=ids, attention_mask=self.valid.long(), position_ids=positions, use_cache=True,
+                             **{self._cache_kwarg: self.cache})
+        finally:
+            _SPREAD.batch = False
         for row, tokens in enumerate(inputs):
             self.tokens[row].extend(tokens)
         self._check()
@@ -271,12 +301,12 @@ class SlotCache:
         mask = torch.zeros(see.shape, dtype=dtype, device=self.device).masked_fill(~see, torch.finfo(dtype).min)[:, None]
         positions = [p for row, w in enumerate(widths) for p in range(len(self.tokens[row]), len(self.tokens[row]) + w)]
         ids = torch.tensor([[t for tokens in inputs for t in tokens]], dtype=torch.long, device=self.device)
-        _SPREAD.spread = _Spread(rows, width, fits.flatten().nonzero().flatten(), mask)
+        _SPREAD.spread, _SPREAD.batch = _Spread(rows, width, fits.flatten().nonzero().flatten(), mask), True
         try:
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=torch.tensor([positions], device=self.device),
                              use_cache=True, **{self._cache_kwarg: self.cache})
         finally:
-            _SPREAD.spread = None
+            _SPREAD.spread, _SPREAD.batch = None, False
         self.valid = valid
         for row, tokens in enumerate(inputs):
             self.tokens[row].extend(tokens)
