@@ -75,7 +75,7 @@ class _Spread:
         return grid.reshape(self.rows * self.width, *grid.shape[2:])[self.index][None]
 
 
-_SPREAD = threading.local()  # .spread: the packed forward running in this thread, if any; .batch: a batch step's
+_SPREAD = threading.local()  # .spread: the packed forward running in this thread, if any; .batch: in a batch step
 _REGISTERED = ALL_ATTENTION_FUNCTIONS["sdpa"]
 _SDPA = getattr(_REGISTERED, "original_sdpa", _REGISTERED)  # (this module imported again: not the wrapper)
 
