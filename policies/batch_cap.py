@@ -13,13 +13,20 @@ chosen by ``BatchDraftCap.pick`` to maximise the step's expected goodput:
   it drafted from (``DecodeSession.expected``): a copying row's long match counts for many tokens,
   an open-ended row's weak one for barely one. Nothing has to be learned per length for the batch,
   and nothing is confounded with which rows happened to share the batch when a length was tried;
-- the step's cost is a function of the batch's shape and context, ``seconds = a + b * rows
-  + c * rows * width + d * rows * [width > 1] + e * rows * context + f * rows * context * [width > 1]``,
-  fitted by decayed least squares over every step (``warm`` starts it from a calibrated profile; no
-  hand-set table): ``d`` is the jump from one-token rows to multi-token ones, ``f`` its growth with
-  the context the rows attend to (so that drafts that pay beside short prompts are not taken for
-  paying beside long ones); ``context`` is the caller's: the cache's slots per row. A packed step's
-  width is the tokens it scores over its rows.
+- the step's cost is a function of the batch's shape and context, two linear fits by decayed least
+  squares (``warm`` starts them from a calibrated profile; no hand-set table): a plain step, one
+  token a row, costs ``a + b * rows + e * rows * context``; a wider one
+  ``a' + b' * rows + c' * rows * width + e' * rows * context``, its own intercept and slopes holding
+  the jump from one-token rows to multi-token ones and its growth with the context the rows attend
+  to (so that drafts that pay beside short prompts are not taken for paying beside long ones).
+  ``context`` is the caller's: the cache's slots per row; a packed step's width is the tokens it
+  scores over its rows. Each fit learns from its own kind of step alone and decays only as more of
+  that kind arrive. One fit over both kinds (the jump a feature of it) priced a plain step from
+  drafting steps whenever plain ones were few: drafting steps cannot tell the plain step's cost
+  from the jump, and while a batch drafts its slots grow with the drafts, so the drafts' cost
+  passed for the context's. A plain step was then priced at up to three times its cost, every draft
+  looked cheap beside it, and every draft got past the bound below. Until a plain step of a
+  batch has been timed, one is made plain (``pick``) to price it.
 
 As a batch fills, a wider forward costs more than the drafts bring and the cut shrinks (to 0 where
 nothing pays); it grows back as the batch empties or the traffic copies more. A single row is never
@@ -51,13 +58,19 @@ from dataclasses import dataclass, field
 from policies.guard import GuardConfig
 from policies.validation import check_int
 
-FEATURES = 6  # of the cost fit (``_features``)
+FEATURES = {False: 3, True: 4}  # of each cost fit (``_features``): plain steps' and wider ones'
 CONTEXT_UNIT = 1000.0  # tokens: context enters the fit in thousands, near the other features' scale
+# a ridge on each fit's context slope alone, in the fit's own units (decayed steps x (rows *
+# thousands of slots)^2 about their mean): steps whose contexts barely differ leave the slope near 0
+# and price a longer context as the contexts seen, where the slope alone would be noise multiplied
+# by the distance to them (a plain step priced at several times its cost, slots after the last
+# plain step); steps over contexts that differ by hundreds of slots outweigh it
+CONTEXT_PRIOR = 0.05
 
 
 @dataclass
 class BatchDraftCap:
-    decay: float = 0.99  # per step: a half-life of ~70 steps
+    decay: float = 0.99  # per step of the fit's kind (one token wide, or wider): a half-life of ~70 of them
     plain_every: int = 32
     # the most a step may cost a row over a plain step of the same rows, per token the row expects
     # from it: a row that verifies nothing gains nothing from the others' drafts and pays for the
@@ -67,8 +80,10 @@ class BatchDraftCap:
     # slower than plain decoding by its neighbours either (benchmarks/serve_tradeoff.py measures
     # others). None: the batch's goodput alone decides
     plain_slowdown: float | None = GuardConfig.off_margin
-    _xtx: list[list[float]] = field(default_factory=lambda: [[0.0] * FEATURES for _ in range(FEATURES)], repr=False)
-    _xty: list[float] = field(default_factory=lambda: [0.0] * FEATURES, repr=False)
+    # each fit's sums (False: plain steps, one token a row; True: wider ones)
+    _sums: dict[bool, tuple[list[list[float]], list[float]]] = field(
+        default_factory=lambda: {wide: ([[0.0] * n for _ in range(n)], [0.0] * n) for wide, n in FEATURES.items()},
+        repr=False)
 
     def __post_init__(self) -> None:
         if not 0 < self.decay <= 1:
@@ -77,7 +92,7 @@ class BatchDraftCap:
         if self.plain_slowdown is not None and not 0 <= self.plain_slowdown < float("inf"):
             raise ValueError(f"plain_slowdown must be >= 0 or None, got plain_slowdown={self.plain_slowdown!r}")
         self._steps = self._last_plain = 0  # batched steps picked for, and the last one that was plain
-        self._coef: list[float] | None = None  # the cost fit's weights ([]: none yet) until the next step
+        self._coef: dict[bool, list[float] | None] | None = None  # each fit's weights (None: no step of its kind yet)
 
     # -- choosing ------------------------------------------------------------------------------------
 
@@ -105,7 +120,10 @@ class BatchDraftCap:
             self._last_plain = self._steps
             return 0
         base = self.cost(rows, 1, context)
-        if base is None or base <= 0:  # cold, or a fit extrapolated below zero: it prices nothing
+        if base is None and self._fit()[True] is not None:  # drafting steps timed, never a plain one
+            self._last_plain = self._steps
+            return 0
+        if base is None or base <= 0 or self._fit()[True] is None:  # cold, or a fit below zero: nothing priced
             return None
         credit = credit if credit is not None else [0.0] * rows
         best, best_value = 0, -1.0
@@ -131,25 +149,22 @@ class BatchDraftCap:
         rows = len(emitted)
         if self.plain_slowdown is None or not rows:
             return None
-        coef = self._fit()
-        if coef is None:
-            return None
-        base, spent = _price(coef, rows, 1, context), _price(coef, rows, width, context)
-        if base <= 0:
+        base, spent = self.cost(rows, 1, context), self.cost(rows, width, context)
+        if base is None or spent is None or base <= 0:
             return None
         return [(1 + self.plain_slowdown) * base * n - spent for n in emitted]
 
     def cost(self, rows: int, width: float, context: float = 0.0) -> float | None:
         """Predicted seconds of a step of ``rows`` rows ``width`` tokens wide at ``context`` slots; None
         before the fit."""
-        coef = self._fit()
+        coef = self._fit()[width > 1]
         return None if coef is None else _price(coef, rows, width, context)
 
-    def _fit(self) -> list[float] | None:
-        """The cost fit's weights, solved once per observed step: a step prices a dozen shapes."""
+    def _fit(self) -> dict[bool, list[float] | None]:
+        """Each fit's weights, solved once per observed step: a step prices a dozen shapes."""
         if self._coef is None:
-            self._coef = _solve(self._xtx, self._xty) or []
-        return self._coef or None
+            self._coef = {wide: _solve(a, b, prior={len(b) - 1: CONTEXT_PRIOR}) for wide, (a, b) in self._sums.items()}
+        return self._coef
 
     # -- learning ------------------------------------------------------------------------------------
 
@@ -160,10 +175,11 @@ class BatchDraftCap:
             return
         x = _features(rows, width, context)
         self._coef = None
-        for i in range(FEATURES):
-            self._xty[i] = self._xty[i] * self.decay + x[i] * seconds
-            for j in range(FEATURES):
-                self._xtx[i][j] = self._xtx[i][j] * self.decay + x[i] * x[j]
+        xtx, xty = self._sums[width > 1]  # only the samples of its own kind decay
+        for i, xi in enumerate(x):
+            xty[i] = xty[i] * self.decay + xi * seconds
+            for j, xj in enumerate(x):
+                xtx[i][j] = xtx[i][j] * self.decay + xi * xj
 
     def warm(self, samples) -> int:
         """Start the cost fit from timed steps, ``(rows, width, seconds[, context])`` each (a
@@ -183,20 +199,21 @@ def _price(coef: list[float], rows: int, width: float, context: float = 0.0) -> 
 
 
 def _features(rows: int, width: float, context: float = 0.0) -> tuple[float, ...]:
-    multi = 1.0 if width > 1 else 0.0
+    """The feature row of a step in its kind's fit: a plain step's, or a wider one's."""
     spanned = rows * context / CONTEXT_UNIT
-    return 1.0, float(rows), float(rows * width), rows * multi, spanned, spanned * multi
+    return (1.0, float(rows), float(rows * width), spanned) if width > 1 else (1.0, float(rows), spanned)
 
 
-def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+def _solve(a: list[list[float]], b: list[float], prior: dict[int, float] | None = None) -> list[float] | None:
     """``a x = b`` for a small system (Gaussian elimination, partial pivoting) with a little ridge,
-    so that steps all of one batch size (``1`` and ``rows`` collinear) still give a usable fit;
-    None before any step."""
+    so that steps all of one batch size (``1`` and ``rows`` collinear) still give a usable fit, and
+    ``prior``'s ridge on the columns it names; None before any step."""
     scale = max((abs(v) for row in a for v in row), default=0.0)
     if scale == 0:
         return None
-    # a column never seen (no multi-token step yet) gets a weight of 0 rather than no solution
-    m = [[v * (1 + 1e-6) + 1e-12 * scale if i == j else v for j, v in enumerate(row)] + [rhs]
+    prior = prior or {}
+    # a column never seen (no context given) gets a weight of 0 rather than no solution
+    m = [[v * (1 + 1e-6) + 1e-12 * scale + prior.get(i, 0.0) if i == j else v for j, v in enumerate(row)] + [rhs]
          for i, (row, rhs) in enumerate(zip(a, b))]
     n = len(b)
     for col in range(n):

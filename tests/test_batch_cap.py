@@ -1,6 +1,8 @@
 """The batch's cut of its rows' drafts (issue 17): chosen from measured step costs and each row's
 own expected tokens, no table."""
 
+import random
+
 import pytest
 
 from policies.acceptance import expected_tokens_by_k
@@ -173,6 +175,39 @@ def test_drafts_that_pay_beside_short_contexts_are_not_taken_for_paying_beside_l
     lengths, expected = [2] * 8, [[1.0, 1.6, 2.0]] * 8
     assert cap.pick(lengths, expected, [True] * 8, PACKED, context=64) == 2
     assert cap.pick(lengths, expected, [True] * 8, PACKED, context=1024) == 0
+
+
+def test_a_plain_step_is_priced_from_plain_steps_however_long_the_batch_drafts():
+    """Two plain steps a few slots apart, then a stretch of drafting whose slots grow with its drafts:
+    a plain step at the end is priced near its cost (one fit over both kinds priced it at nearly four
+    times its cost, from the two plain steps' noise stretched over the slots that followed), so
+    drafts are not made to look cheap beside it, and a row that verifies nothing keeps its bound."""
+    def cost(r, w, c):
+        return 0.05 + 0.005 * r + (0.004 * r + 0.006 * r * (w - 1) if w > 1 else 0) + 0.00002 * r * c
+
+    cap = BatchDraftCap(plain_every=10_000, plain_slowdown=0.05)
+    cap.observe(8, 1, cost(8, 1, 84) * 0.95, 84)
+    cap.observe(8, 1, cost(8, 1, 86) * 1.05, 86)
+    rng, context = random.Random(0), 87
+    for _ in range(30):
+        widest = rng.choice([2, 5, 9])
+        width = 1 + (widest - 1) * rng.uniform(0.1, 0.6)
+        cap.observe(8, width, cost(8, width, context), context)
+        context += widest
+    assert cap.cost(8, 1, context) == pytest.approx(cost(8, 1, context), rel=0.25)
+    assert cap.cost(8, 3, context) == pytest.approx(cost(8, 3, context), rel=0.02)
+    # one row's sure draft of 8 costs the seven that verify nothing far more than 5% of a plain step
+    lengths, expected = [8] + [0] * 7, [copying(8, 0.999)] + [[1.0]] * 7
+    assert cap.pick(lengths, expected, [True] * 8, PACKED, context=context) == 0
+
+
+def test_a_batch_that_has_only_drafted_makes_one_step_plain_to_price_it():
+    cap = BatchDraftCap(plain_slowdown=None)
+    cap.warm([(8, w, 0.1 + 0.01 * w) for w in (2, 5, 9)])
+    assert cap.cost(8, 1) is None  # nothing prices a plain step yet
+    assert cap.pick([8] * 8, [copying(8)] * 8, [True] * 8, PACKED) == 0
+    cap.observe(8, 1, 0.1)
+    assert cap.pick([8] * 8, [copying(8)] * 8, [True] * 8, PACKED) == 8
 
 
 @pytest.mark.parametrize("kwargs", [{"decay": 0.0}, {"decay": 1.5}, {"plain_every": 0}, {"plain_slowdown": -0.1},
