@@ -3,9 +3,11 @@ concurrency (with the simulator's predictions of each run), and chunked prefill.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from benchmarks.results_kit import load, machine_line, provenance, table
+from benchmarks.serve_batching import arrivals_seen, compare_best_fixed
 from policies.batch_cap import BatchDraftCap
 
 
@@ -133,10 +135,36 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                   "the median of the rounds, the lowest and highest round in brackets, and a verdict only where "
                   "every round agrees.",
                   table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
-                        [[str(c["concurrency"]), f"`{c['config']}`", _spread(c["throughput"]), c["throughput"]["verdict"],
-                          _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])]
+                        [[str(c["concurrency"]), f"`{c['config']}`" if c["config"] != "best fixed" else "the round's best fixed",
+                          _spread(c["throughput"]), c["throughput"]["verdict"], _spread(c["e2el_p95"]),
+                          c["e2el_p95"]["verdict"]] for c in _with_best_fixed(data)])]
+        parts += [_arrivals(data)]
     parts += [plot, provenance(results_dir, [name], dates, command, machine_line(data))]
     return "\n\n".join(parts)
+
+
+def _with_best_fixed(data: dict) -> list[dict]:
+    """The file's comparisons, each concurrency's followed by ``adaptive`` against the round's best
+    fixed config (the one marked *best fixed* above, by output tok/s)."""
+    out = []
+    for level in data["concurrency"]:
+        out += [c for c in data["comparisons"] if c["concurrency"] == level]
+        best = compare_best_fixed(data["runs"], level)
+        out += [best] if best else []
+    return out
+
+
+def _arrivals(data: dict) -> str:
+    """What the slowest requests waited for: other requests' prefills (``arrivals_seen``)."""
+    header = ["concurrency", *(f"`{c}`" for c in data["configs"])]
+    rows = [[str(level), *(f"{statistics.mean(arrivals_seen(r) for r in data['runs'] if r['concurrency'] == level and r['config'] == c):.1f}"
+                           for c in data["configs"])] for level in data["concurrency"] if level > 1]
+    return ("Requests that arrived while the slowest quarter of a run's requests ran, mean over those requests "
+            "and over rounds. The client keeps the concurrency's number of requests in flight, so a config "
+            "whose answers end sooner sends the next requests sooner, and every newcomer's prefill is a forward "
+            "that the running rows wait for. The slowest requests are the open-ended ones, which drafts barely "
+            "speed up, so under a config that speeds up the copying ones they wait for more prefills than under "
+            "plain decoding.\n\n" + table(header, rows))
 
 
 def _before_live_streams(data: dict) -> bool:

@@ -112,6 +112,30 @@ def compare_rounds(runs: list[dict], config: str, concurrency: int, reference: s
     return out
 
 
+def compare_best_fixed(runs: list[dict], concurrency: int, reference: str = "adaptive") -> dict | None:
+    """``reference`` against the best fixed config of each round at ``concurrency`` (the one with the
+    most output tokens/s that round), as ``compare_rounds`` does against one config."""
+    best = {}
+    for run in runs:
+        if run["concurrency"] == concurrency and run["config"] != reference:
+            mine = best.get(run.get("round", 0))
+            if mine is None or run["output_tokens_per_s"] > mine["output_tokens_per_s"]:
+                best[run.get("round", 0)] = run
+    relabelled = [r for r in runs if r["config"] == reference] + [{**r, "config": "best fixed"} for r in best.values()]
+    return compare_rounds(relabelled, "best fixed", concurrency, reference)
+
+
+def arrivals_seen(run: dict, share: float = 0.25) -> float:
+    """How many other requests arrived, on average, while the run's slowest ``share`` of requests
+    ran. In a closed loop every answer that ends sooner lets the client send the next request
+    sooner, and each newcomer's prefill is a forward every running row waits for: a config that
+    speeds up the copying requests makes the open-ended ones, the latency tail, wait for more."""
+    done = sorted((r for r in run["trace"] if r["ok"]), key=lambda r: -r["e2el_ms"])
+    slowest = done[:max(1, int(len(done) * share))]
+    return statistics.mean(sum(1 for other in done if other is not r and r["sent_s"] < other["sent_s"]
+                               < r["sent_s"] + r["e2el_ms"] / 1e3) for r in slowest)
+
+
 def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tokens: int | None = None,
             plain_slowdown: float | None = BatchDraftCap.plain_slowdown) -> dict:
     """The batching replica's p50/p95 end-to-end latency for the run's completed requests (each

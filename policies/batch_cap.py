@@ -24,7 +24,7 @@ chosen by ``BatchDraftCap.pick`` to maximise the step's expected goodput:
   that kind arrive. One fit over both kinds (the jump a feature of it) priced a plain step from
   drafting steps whenever plain ones were few: drafting steps cannot tell the plain step's cost
   from the jump, and while a batch drafts its slots grow with the drafts, so the drafts' cost
-  passed for the context's. A plain step was then priced at up to three times its cost, every draft
+  passed for the context's. A plain step was then priced at several times its cost, every draft
   looked cheap beside it, and every draft got past the bound below. Until a plain step of a
   batch has been timed, one is made plain (``pick``) to price it.
 
@@ -60,11 +60,10 @@ from policies.validation import check_int
 
 FEATURES = {False: 3, True: 4}  # of each cost fit (``_features``): plain steps' and wider ones'
 CONTEXT_UNIT = 1000.0  # tokens: context enters the fit in thousands, near the other features' scale
-# a ridge on each fit's context slope alone, in the fit's own units (decayed steps x (rows *
-# thousands of slots)^2 about their mean): steps whose contexts barely differ leave the slope near 0
-# and price a longer context as the contexts seen, where the slope alone would be noise multiplied
-# by the distance to them (a plain step priced at several times its cost, slots after the last
-# plain step); steps over contexts that differ by hundreds of slots outweigh it
+# a ridge on each fit's context slope alone, in the fit's units (decayed steps x (rows x thousands
+# of slots)^2 about their mean): while the steps' contexts barely differ the slope stays near 0 and
+# a longer context is priced as the ones seen, not by a slope of timing noise stretched over the
+# distance; steps whose contexts differ by hundreds of slots outweigh it
 CONTEXT_PRIOR = 0.05
 
 

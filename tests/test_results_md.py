@@ -163,6 +163,8 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
     assert "| round | concurrency |" in section and "timeline p50" in section and "| +3% | -7% |" in section
     assert "--rounds 2" in section
     rows = [line for line in section.splitlines() if line.startswith("| ") and "×" in line]
+    best = [row for row in rows if "the round's best fixed" in row]
+    rows = [row for row in rows if row not in best]
     assert len(rows) == len(data["comparisons"])
     for row, comparison in zip(rows, data["comparisons"]):
         low, high = sorted(comparison["throughput"]["ratios"])
@@ -170,6 +172,12 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
         assert high == pytest.approx(2 * low)
         throughput_verdict = [cell.strip() for cell in row.strip("|").split("|")][3]
         assert (throughput_verdict == "ahead in every round") == (low > 1)
+    # each concurrency also against its round's fastest fixed config, which the rounds share here
+    assert [row.split("|")[1].strip() for row in best] == [str(level) for level in data["concurrency"]]
+    for row in best:
+        low, high = (float(v) for v in row.split("×")[1].split("]")[0].strip(" [").split(","))
+        assert high == pytest.approx(2 * low, abs=0.02)  # shown to 2 places: the same fastest config, adaptive twice as fast
+    assert "Requests that arrived while the slowest quarter" in section
 
 
 def test_a_served_shift_with_speed_timelines_leads_with_the_timeline_predictions(results_copy):

@@ -96,6 +96,36 @@ def test_adaptive_is_compared_round_by_round_with_a_verdict_only_where_every_rou
     assert agreement([0.9, 0.8]) == "behind in every round" and agreement([1.2]) == "one round: no spread"
 
 
+def test_adaptive_is_compared_with_each_rounds_best_fixed_config_by_throughput():
+    from benchmarks.serve_batching import compare_best_fixed
+
+    def run(config, round_, tok_s, p95):
+        return {"config": config, "concurrency": 4, "round": round_, "output_tokens_per_s": tok_s,
+                "e2el_s": {"p50": 1.0, "p95": p95}}
+
+    runs = [run("adaptive", 0, 30.0, 5.0), run("plain", 0, 20.0, 4.0), run("static:ngram:8", 0, 25.0, 6.0),
+            run("adaptive", 1, 30.0, 5.0), run("plain", 1, 27.0, 4.5), run("static:ngram:8", 1, 24.0, 7.0)]
+    c = compare_best_fixed(runs, 4)
+    # round 1's best fixed config is static (25 tok/s), round 2's plain (27): each round against its own
+    assert c["config"] == "best fixed" and c["rounds"] == 2
+    assert c["throughput"]["ratios"] == pytest.approx([30 / 25, 30 / 27])
+    assert c["e2el_p95"]["ratios"] == pytest.approx([6 / 5, 4.5 / 5])
+    assert compare_best_fixed(runs, 8) is None
+
+
+def test_the_requests_that_arrived_while_the_slowest_ran_are_counted():
+    from benchmarks.serve_batching import arrivals_seen
+
+    def request(sent, e2e_s, ok=True):
+        return {"sent_s": sent, "e2el_ms": e2e_s * 1e3, "ok": ok}
+
+    # the slowest quarter of 4 is the first request (0-10 s): three others were sent while it ran
+    # (one of them failed: it was still sent, but only completed requests count)
+    trace = [request(0.0, 10.0), request(1.0, 2.0), request(3.0, 2.0), request(5.0, 1.0, ok=False), request(12.0, 1.0)]
+    assert arrivals_seen({"trace": trace}) == 2
+    assert arrivals_seen({"trace": trace}, share=0.5) == pytest.approx((2 + 0) / 2)
+
+
 def test_resimulate_predicts_a_recorded_result_again_with_another_profile(tmp_path):
     import json
 
