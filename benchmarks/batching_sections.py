@@ -162,9 +162,9 @@ def _arrivals(data: dict) -> str:
     return ("Requests that arrived while the slowest quarter of a run's requests ran, mean over those requests "
             "and over rounds. The client keeps the concurrency's number of requests in flight, so a config "
             "whose answers end sooner sends the next requests sooner, and every newcomer's prefill is a forward "
-            "that the running rows wait for. The slowest requests are the open-ended ones, which drafts barely "
-            "speed up, so under a config that speeds up the copying ones they wait for more prefills than under "
-            "plain decoding.\n\n" + table(header, rows))
+            "that the running rows wait for. The slowest requests are those that drafts barely speed up, such "
+            "as open-ended ones, so under a config that speeds up the others they wait for more prefills than "
+            "under plain decoding.\n\n" + table(header, rows))
 
 
 def _before_live_streams(data: dict) -> bool:

@@ -129,7 +129,8 @@ def arrivals_seen(run: dict, share: float = 0.25) -> float:
     """How many other requests arrived, on average, while the run's slowest ``share`` of requests
     ran. In a closed loop every answer that ends sooner lets the client send the next request
     sooner, and each newcomer's prefill is a forward every running row waits for: a config that
-    speeds up the copying requests makes the open-ended ones, the latency tail, wait for more."""
+    speeds up the copying requests makes the ones drafts cannot speed up, the latency tail, wait
+    for more."""
     done = sorted((r for r in run["trace"] if r["ok"]), key=lambda r: -r["e2el_ms"])
     slowest = done[:max(1, int(len(done) * share))]
     return statistics.mean(sum(1 for other in done if other is not r and r["sent_s"] < other["sent_s"]
