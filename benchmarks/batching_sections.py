@@ -156,9 +156,13 @@ def _with_best_fixed(data: dict) -> list[dict]:
 
 def _arrivals(data: dict) -> str:
     """What the slowest requests waited for: other requests' prefills (``arrivals_seen``)."""
+    def cell(level: int, config: str) -> str:
+        seen = [arrivals_seen(r) for r in data["runs"] if r["concurrency"] == level and r["config"] == config]
+        seen = [n for n in seen if n is not None]
+        return f"{statistics.mean(seen):.1f}" if seen else "none completed"
+
     header = ["concurrency", *(f"`{c}`" for c in data["configs"])]
-    rows = [[str(level), *(f"{statistics.mean(arrivals_seen(r) for r in data['runs'] if r['concurrency'] == level and r['config'] == c):.1f}"
-                           for c in data["configs"])] for level in data["concurrency"] if level > 1]
+    rows = [[str(level), *(cell(level, c) for c in data["configs"])] for level in data["concurrency"] if level > 1]
     return ("Requests that arrived while the slowest quarter of a run's requests ran, mean over those requests "
             "and over rounds. The client keeps the concurrency's number of requests in flight, so a config "
             "whose answers end sooner sends the next requests sooner, and every newcomer's prefill is a forward "

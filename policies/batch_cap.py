@@ -118,11 +118,11 @@ class BatchDraftCap:
         if self._steps - self._last_plain >= self.plain_every:
             self._last_plain = self._steps
             return 0
-        base = self.cost(rows, 1, context)
-        if base is None and self._fit()[True] is not None:  # drafting steps timed, never a plain one
+        base, drafting_priced = self.cost(rows, 1, context), self._fit()[True] is not None
+        if base is None and drafting_priced:  # drafting steps timed, never a plain one
             self._last_plain = self._steps
             return 0
-        if base is None or base <= 0 or self._fit()[True] is None:  # cold, or a fit below zero: nothing priced
+        if base is None or base <= 0 or not drafting_priced:  # cold, or a fit below zero: nothing priced
             return None
         credit = credit if credit is not None else [0.0] * rows
         best, best_value = 0, -1.0
@@ -211,7 +211,7 @@ def _solve(a: list[list[float]], b: list[float], prior: dict[int, float] | None 
     if scale == 0:
         return None
     prior = prior or {}
-    # a column never seen (no context given) gets a weight of 0 rather than no solution
+    # a column never seen (context never given), or one collinear with another, still leaves a solution
     m = [[v * (1 + 1e-6) + 1e-12 * scale + prior.get(i, 0.0) if i == j else v for j, v in enumerate(row)] + [rhs]
          for i, (row, rhs) in enumerate(zip(a, b))]
     n = len(b)

@@ -179,7 +179,7 @@ def test_drafts_that_pay_beside_short_contexts_are_not_taken_for_paying_beside_l
 
 def test_a_plain_step_is_priced_from_plain_steps_however_long_the_batch_drafts():
     """Two plain steps a few slots apart, then a stretch of drafting whose slots grow with its drafts:
-    a plain step at the end is priced near its cost (one fit over both kinds priced it at nearly four
+    a plain step at the end is priced near its cost (one fit over both kinds priced it at several
     times its cost, from the two plain steps' noise stretched over the slots that followed), so
     drafts are not made to look cheap beside it, and a row that verifies nothing keeps its bound."""
     def cost(r, w, c):

@@ -124,6 +124,7 @@ def test_the_requests_that_arrived_while_the_slowest_ran_are_counted():
     trace = [request(0.0, 10.0), request(1.0, 2.0), request(3.0, 2.0), request(5.0, 1.0, ok=False), request(12.0, 1.0)]
     assert arrivals_seen({"trace": trace}) == 2
     assert arrivals_seen({"trace": trace}, share=0.5) == pytest.approx((2 + 0) / 2)
+    assert arrivals_seen({"trace": [request(0.0, 1.0, ok=False)]}) is None  # nothing completed: nothing to count
 
 
 def test_resimulate_predicts_a_recorded_result_again_with_another_profile(tmp_path):
