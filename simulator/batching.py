@@ -16,11 +16,14 @@ from the fit (see ``simulator/cost_model.py``).
 
 One iteration::
 
-    1. admit:   move queued requests into free slots; their prefills run first (prefill-priority
-                scheduling, as vLLM's default) and give each its first token. With
-                ``prefill_chunk`` (as the engine's ``BatchedDecoder``), an iteration with running
-                sequences prefills at most that many prompt tokens: a long prompt joins over
-                several iterations, each priced as one forward over its chunk
+    1. admit:   move queued requests into free slots. With no sequence running their prefills
+                run alone and give each its first token. With sequences running and
+                ``prefill_rides`` (as the engine's ``BatchedDecoder``), the prompts ride in the
+                iteration's forward: each costs what its tokens add to a forward, not a forward's
+                fixed part, and joins after it with its first token; without it they run first
+                (prefill-priority scheduling, as vLLM's default), a forward each. With
+                ``prefill_chunk``, an iteration with running sequences prefills at most that many
+                prompt tokens: a long prompt joins over several iterations
     2. plan:    each running sequence's session asks its policy for (drafter, k), capped to its
                 budget, through the match gate (``policies.session``, as the engine does)
     3. draw:    proposed and accepted per sequence from its class's acceptance profile; with
@@ -58,12 +61,14 @@ class BatchingReplica(Replica):
     """Iteration-level batching with at most ``max_batch`` running sequences."""
 
     def __init__(self, *args, max_batch: int = 8, draft_cap: bool = False, prefill_chunk: int | None = None,
-                 plain_slowdown: float | None = BatchDraftCap.plain_slowdown, **kwargs) -> None:
+                 plain_slowdown: float | None = BatchDraftCap.plain_slowdown, prefill_rides: bool = True,
+                 **kwargs) -> None:
         self.max_batch = max_batch  # slots: bounded in practice by KV-cache memory
         if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
             raise ValueError(f"prefill_chunk must be an integer >= 1 or None, got {prefill_chunk!r}")
         self.prefill_chunk = prefill_chunk  # prompt tokens an iteration prefills while sequences run (None: all)
         self.joining: list | None = None  # [request, prompt tokens prefilled] while its chunks go in
+        self.prefill_rides = prefill_rides  # prompts ride in the running sequences' forward (the engine's riders)
         self.last_draft_s = self.last_verify_s = 0.0  # the current iteration's, shared by its sequences
         self.axis = SlotAxis()  # the engine's slot axis: what a step's attention spans
         self._pools: dict[str, list] = {}  # key -> its controllers; one serves one sequence at a time
@@ -110,20 +115,15 @@ class BatchingReplica(Replica):
         while True:
             if not running and not self.queue and self.joining is None:
                 yield from self.wait_for_work()
-            admitted, prefill_s = self.admit(len(running))  # 1
+            riding = bool(running) and self.prefill_rides
+            admitted, prefill_s, fed = self.admit(len(running))  # 1
             prefill_s += self.overhead.request_s * len(admitted)
-            if prefill_s > 0:
-                yield env.timeout(prefill_s)
-            if admitted:
-                for request in admitted:
-                    self.first_token(request)
-                    if request.generated >= request.output_tokens:
-                        self.finish(request)
-                    else:
-                        running.append([request, self.open_session(request), request.prompt_tokens + 1, 0.0])
-                        self.axis.join(request.prompt_tokens)
-            if not running:
-                continue
+            if not riding:
+                if prefill_s > 0:
+                    yield env.timeout(prefill_s)
+                self.seat(admitted, running)
+                if not running:
+                    continue
             steps = []
             looked_up: dict[str, list[int]] = {}
             # the cap binds the sequences learning controllers serve (a fixed config stands)
@@ -147,7 +147,10 @@ class BatchingReplica(Replica):
                         session.overrule(plan)
                 steps = [(plan, _trimmed(draft, cap) if capped else draft) for (plan, draft), capped in zip(steps, bound)]
             seconds = self.iteration_s(running, steps, looked_up)
-            yield env.timeout(seconds + self.overhead.step_s)  # 4, 5
+            rode = riding and fed > 0
+            if rode:  # the sequences waited for the riders too (as the engine's rows: their verify time)
+                self.last_verify_s += prefill_s
+            yield env.timeout(seconds + (prefill_s if rode else 0.0) + self.overhead.step_s)  # 4, 5
             if self.draft_cap is not None:  # every iteration teaches the cost
                 # priced by the tokens scored, as the engine does (a packed forward: its rows' mean width)
                 widths = [draft.proposed + 1 for _, draft in steps]
@@ -156,19 +159,34 @@ class BatchingReplica(Replica):
                 width = self.scored(widths) / len(widths)
                 for seq, credit in zip(running, self.draft_cap.credits(width, emitted, context) or ()):
                     seq[3] += credit  # as the engine: priced before the step joins the fit
-                self.draft_cap.observe(len(running), width, seconds, context)
+                if not rode:  # as the engine: an iteration that carried prompts costs more than its shape
+                    self.draft_cap.observe(len(running), width, seconds, context)
             self.axis.forward([draft.proposed + 1 for _, draft in steps])
             running = self.finish_iteration(running, steps)  # 6
             self.axis.settle([seq[2] - 1 for seq in running])  # as the engine: compacts after the step
+            if riding:
+                self.seat(admitted, running)
+
+    def seat(self, admitted: list, running: list) -> None:
+        """Requests whose whole prompt is in get their first token and join ``running``."""
+        for request in admitted:
+            self.first_token(request)
+            if request.generated >= request.output_tokens:
+                self.finish(request)
+            else:
+                running.append([request, self.open_session(request), request.prompt_tokens + 1, 0.0])
+                self.axis.join(request.prompt_tokens)
 
     def scored(self, widths: list[int]) -> int:
         """Tokens a forward over rows ``widths`` wide scores, as the profile's forward ran."""
         return scored_tokens(widths) if getattr(self.cost, "padded", False) else sum(widths)
 
-    def admit(self, running: int) -> tuple[list, float]:
-        """The requests whose whole prompt goes in this iteration, and the seconds of the prefill
-        forwards it runs (a chunk of a prompt still joining included)."""
-        admitted, seconds = [], 0.0
+    def admit(self, running: int) -> tuple[list, float, int]:
+        """The requests whose whole prompt goes in this iteration, the seconds its prefills cost (a
+        chunk of a prompt still joining included: forwards of their own, or what they add to the
+        iteration's forward when they ride in it) and the prompt tokens they feed."""
+        admitted, seconds, tokens = [], 0.0, 0
+        riding = bool(running) and self.prefill_rides
         budget = self.prefill_chunk if running and self.prefill_chunk is not None else None
         while budget is None or budget > 0:
             if self.joining is None:
@@ -179,14 +197,15 @@ class BatchingReplica(Replica):
                 self.joining = [request, 0]
             request, done = self.joining
             fed = request.prompt_tokens - done if budget is None else min(budget, request.prompt_tokens - done)
-            seconds += chunk_prefill_s(self.cost, done, fed)
+            seconds += chunk_prefill_s(self.cost, done, fed, riding)
+            tokens += fed
             budget = None if budget is None else budget - fed
             if done + fed < request.prompt_tokens:
                 self.joining[1] = done + fed
                 break
             self.joining = None
             admitted.append(request)
-        return admitted, seconds
+        return admitted, seconds, tokens
 
     def iteration_s(self, running: list, steps: list, looked_up: dict[str, list[int]]) -> float:
         cost = self.cost
@@ -216,14 +235,16 @@ class BatchingReplica(Replica):
         return still_running
 
 
-def chunk_prefill_s(cost, done: int, tokens: int) -> float:
-    """One forward prefilling ``tokens`` more of a prompt whose first ``done`` are in: the prefill
-    fit's per-forward part, plus its growth from ``done`` to ``done + tokens`` tokens (attention
-    over the earlier chunks included). With ``done`` 0 it is ``prefill_s(tokens)``. A cost model that
-    draws its times at random (a queueing test's) can make the difference negative: never below 0."""
-    if done == 0:
+def chunk_prefill_s(cost, done: int, tokens: int, rides: bool = False) -> float:
+    """``tokens`` more of a prompt whose first ``done`` are in: the prefill fit's growth from
+    ``done`` to ``done + tokens`` tokens (attention over the earlier chunks included), plus, in a
+    forward of its own (not ``rides``), the fit's per-forward part. Alone from ``done`` 0 it is
+    ``prefill_s(tokens)``. A cost model that draws its times at random (a queueing test's) can make
+    the difference negative: never below 0."""
+    if done == 0 and not rides:
         return cost.prefill_s(tokens)
-    return max(0.0, cost.prefill_s(done + tokens) - cost.prefill_s(done) + cost.prefill_s(0))
+    fixed = 0.0 if rides else cost.prefill_s(0)
+    return max(0.0, cost.prefill_s(done + tokens) - cost.prefill_s(done) + fixed)
 
 
 def _trimmed(draft: Draft, cap: int) -> Draft:

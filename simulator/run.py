@@ -131,7 +131,8 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
             replicas.append(BatchingReplica(*args, max_batch=scenario.replicas.max_batch,
                                             draft_cap=scenario.replicas.draft_cap,
                                             plain_slowdown=scenario.replicas.plain_slowdown,
-                                            prefill_chunk=scenario.replicas.prefill_chunk, overhead=scenario.overhead))
+                                            prefill_chunk=scenario.replicas.prefill_chunk,
+                                            prefill_rides=scenario.replicas.prefill_rides, overhead=scenario.overhead))
         else:
             replicas.append(SerialReplica(*args, overhead=scenario.overhead))
     env.process(arrivals(env, requests, replicas, scenario.replicas.router, hooks, _stream_seed(seed, TRAFFIC, 1),

@@ -23,7 +23,9 @@ Top-level fields (``*`` required)::
                    prefill_chunk (batching: prompt tokens an iteration prefills while sequences
                    run, as the engine's --prefill-chunk; default null: whole prompts at once),
                    plain_slowdown (batching: the cap's bound on what drafts cost a plain row, as
-                   the server's --plain-slowdown: a number >= 0 or "off"; default the server's)}
+                   the server's --plain-slowdown: a number >= 0 or "off"; default the server's),
+                   prefill_rides (batching: prompts ride in the running sequences' forward, as the
+                   engine's; false: a prefill forward of their own first; default true)}
     policy        spec such as none, static:ngram:4, heuristic:ngram, adaptive      default: none
     policy_scope  replica | key   (one controller per replica, or per replica and traffic key)
     slo           {ttft_s, tpot_s, e2e_s, percentile}                 targets left out are not checked
@@ -76,6 +78,7 @@ class ReplicaConfig:
     draft_cap: bool = True
     prefill_chunk: int | None = None  # batching only: as the engine's prefill_chunk; None: whole prompts
     plain_slowdown: float | None = BatchDraftCap.plain_slowdown  # batching only: the cap's bound; None: off
+    prefill_rides: bool = True  # batching only: prompts ride in the running sequences' forward (the engine's)
 
 
 @dataclass(frozen=True)
@@ -364,11 +367,13 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         None if rep.get("prefill_chunk") is None else
         int(_num(rep["prefill_chunk"], "replicas.prefill_chunk", integer=True)),
         _slowdown(rep.get("plain_slowdown", BatchDraftCap.plain_slowdown)),
+        _flag(rep.get("prefill_rides", True), "replicas.prefill_rides"),
     )
     if replicas.prefill_chunk is not None and replicas.mode != "batching":  # would do nothing, silently
         raise ValueError(f"replicas.prefill_chunk applies to mode batching only, got mode {replicas.mode!r}")
-    if "plain_slowdown" in rep and replicas.mode != "batching":
-        raise ValueError(f"replicas.plain_slowdown applies to mode batching only, got mode {replicas.mode!r}")
+    for name in ("plain_slowdown", "prefill_rides"):
+        if name in rep and replicas.mode != "batching":
+            raise ValueError(f"replicas.{name} applies to mode batching only, got mode {replicas.mode!r}")
     slo_raw = _mapping(raw.get("slo") or {}, "slo")
     _only(slo_raw, SLO.__dataclass_fields__, "slo")
     slo = SLO(**{k: (float(_num(v, f"slo.{k}")) if v is not None else None) for k, v in slo_raw.items()})

@@ -296,11 +296,21 @@ def test_the_batch_cap_binds_learning_controllers_rows_only_and_keeps_outputs_ex
     assert never.cost(3, 5) is not None  # it measured the batch's steps
 
 
-def test_a_failed_prefill_leaves_its_request_to_the_recovery_not_lost(decoder, monkeypatch):
-    engine = BatchedDecoder(decoder, max_batch=4)
+@pytest.mark.parametrize("layout", ["auto", "padded"])
+def test_a_failed_prefill_leaves_its_request_to_the_recovery_not_lost(decoder, monkeypatch, layout):
+    """``auto``: the prompt rides in the decode forward, which fails; ``padded``: its own prefill does."""
+    engine = BatchedDecoder(decoder, max_batch=4, layout=layout)
     running = engine.submit(PROMPTS[0], policy=policy("plain"), max_new_tokens=10)
     engine.step()
     broken = engine.submit(PROMPTS[1], policy=policy("plain"), max_new_tokens=10)
+    extend = engine.slots.extend
+
+    def extend_with_riders_fails(inputs, riders=()):
+        if riders:
+            raise RuntimeError("out of memory")
+        return extend(inputs, riders)
+
+    monkeypatch.setattr(engine.slots, "extend", extend_with_riders_fails)
     monkeypatch.setattr(engine.slots, "feed", lambda *a: (_ for _ in ()).throw(RuntimeError("out of memory")))
     with pytest.raises(RuntimeError):
         engine.step()

@@ -202,3 +202,26 @@ def test_the_replicas_cut_starts_from_its_own_prices_as_a_running_servers_has_le
         priced = forward_verify_s(replica.cost, widths, [context] * rows, context)
         assert cap.cost(rows, replica.scored(widths) / rows, context) == pytest.approx(priced, rel=0.15)
     assert build_simulation(simpy.Environment(), _scenario("adaptive", 8, draft_cap=False)).replicas[0].draft_cap is None
+
+
+def test_prefill_rides_is_a_batching_flag_refused_by_name_elsewhere_or_when_not_a_bool():
+    import pytest
+
+    on = scenario_from_dict(scenario_dict(replicas={"mode": "batching"}))
+    off = scenario_from_dict(scenario_dict(replicas={"mode": "batching", "prefill_rides": False}))
+    assert on.replicas.prefill_rides and not off.replicas.prefill_rides  # riding is the engine's default
+    with pytest.raises(ValueError, match="replicas.prefill_rides applies to mode batching"):
+        scenario_from_dict(scenario_dict(replicas={"mode": "serial", "prefill_rides": True}))
+    with pytest.raises(ValueError, match="replicas.prefill_rides"):
+        scenario_from_dict(scenario_dict(replicas={"mode": "batching", "prefill_rides": "yes"}))
+
+
+def test_a_riding_prompt_pays_what_its_tokens_add_not_a_forwards_fixed_part():
+    from simulator.batching import chunk_prefill_s
+    from simulator.cost_model import fit_cost_model
+    from simulator.profile import profile_from_dict
+
+    cost = fit_cost_model(profile_from_dict(gpu_like_profile(), "profile"))
+    assert chunk_prefill_s(cost, 0, 64, rides=True) == cost.prefill_s(64) - cost.prefill_s(0)
+    assert chunk_prefill_s(cost, 128, 64, rides=True) == cost.prefill_s(192) - cost.prefill_s(128)
+    assert chunk_prefill_s(cost, 128, 64) == chunk_prefill_s(cost, 128, 64, rides=True) + cost.prefill_s(0)

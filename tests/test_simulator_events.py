@@ -20,12 +20,12 @@ def log():
     return []
 
 
-def _two_requests(tmp_path, mode: str):
+def _two_requests(tmp_path, mode: str, **replicas):
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"arrival_s": 100.0, "class": "copy", "prompt_tokens": 8, "output_tokens": 3}\n'
                      '{"arrival_s": 100.1, "class": "copy", "prompt_tokens": 8, "output_tokens": 3}\n')
     raw = scenario_dict(workload={"replay": str(trace)}, policy="none",
-                        replicas={"count": 1, "mode": mode, "max_batch": 2})
+                        replicas={"count": 1, "mode": mode, "max_batch": 2, **replicas})
     return scenario_from_dict(raw)
 
 
@@ -40,7 +40,22 @@ def test_serial_replica_serves_fifo_prefill_then_steps(env, log, tmp_path):
 
 
 def test_batching_replica_admits_waiting_request_into_the_running_batch(env, log, tmp_path):
+    """Its prompt rides in the running sequence's forward: FixedCost's prefill is all fixed part
+    (1 s whatever the tokens), which a prompt riding in a forward does not pay again."""
     build_simulation(env, _two_requests(tmp_path, "batching"), cost=FixedCost(), extra_hooks=[EventLog(log)])
+    env.run()
+    assert log == [
+        (0.0, "arrive", 0), (0.0, "start", 0), (0.1, "arrive", 1),
+        (1.0, "first_token", 0), (1.5, "step", 1),  # request 1 waits for the next iteration boundary
+        (1.5, "start", 1), (2.0, "step", 1),  # its prompt rides in request 0's forward
+        (2.0, "finish", 0), (2.0, "first_token", 1),  # and it joins after that forward
+        (2.5, "step", 1), (3.0, "step", 1), (3.0, "finish", 1),
+    ]
+
+
+def test_batching_replica_without_riders_prefills_first_and_stalls_the_batch(env, log, tmp_path):
+    build_simulation(env, _two_requests(tmp_path, "batching", prefill_rides=False), cost=FixedCost(),
+                     extra_hooks=[EventLog(log)])
     env.run()
     assert log == [
         (0.0, "arrive", 0), (0.0, "start", 0), (0.1, "arrive", 1),

@@ -1,9 +1,11 @@
 """Continuous batching with per-request speculation.
 
-Requests join between steps (each prefilled alone, then added as a row of the shared cache) and
-leave as soon as they finish. While rows are decoding, a step prefills at most ``prefill_chunk``
-prompt tokens before its decode forward, so a long prompt joins over several steps instead of
-stalling every row for its whole prefill. Every step, each row asks its own controller for a drafter and a
+Requests join between steps (prefilled in a cache of their own, then added as a row of the shared
+cache) and leave as soon as they finish. While rows are decoding, a newcomer's prompt rides in the
+step's decode forward (``SlotCache`` riders: one pass over the weights for both, where a prefill
+forward of its own stalled every row for nearly a whole step), at most ``prefill_chunk`` prompt
+tokens a step, so a long prompt joins over several steps; with nothing decoding, prompts go in
+whole, each in a forward of its own. Every step, each row asks its own controller for a drafter and a
 draft length (0: plain decoding for that row), drafts, and the target scores every row's pending
 token and drafts in one forward over ragged widths (``SlotCache``); each row is then verified on
 its own (greedy prefix or exact rejection sampling, the single-request verifier) and rolled back
@@ -106,6 +108,7 @@ class BatchedDecoder:
         self.max_batch = max_batch
         self.prefill_chunk = prefill_chunk  # prompt tokens a step may prefill while rows decode (None: no limit)
         self.prefilling: _Row | None = None  # the request whose prompt is going in, chunk by chunk
+        self.boarding: list[_Row] = []  # the requests whose prompt chunks ride in the step being run
         # cuts the drafts of rows served by learning controllers to what a step affords (None: never)
         self.draft_cap = draft_cap
         self.slots = SlotCache(decoder.target.model, layout)  # padded or packed forwards (``SlotCache``)
@@ -166,14 +169,14 @@ class BatchedDecoder:
 
     def fail_all(self, exc: BaseException) -> list[int]:
         """End every request (an error no row can survive, e.g. the forward itself failed); their ids."""
-        started = self.active + ([self.prefilling] if self.prefilling is not None else [])
+        started = self.active + self.boarding + ([self.prefilling] if self.prefilling is not None else [])
         ids = [row.id for row in started] + [row.id for row in self.waiting]
         # a waiting row whose start observers heard (its prefill failed) is ended as well
         for row in started + [row for row in self.waiting if row.info is not None]:
             self._release(row)
             if row.info is not None:
                 self.decoder.observers.notify("on_request_end", row.info, None, exc)
-        self.active, self.waiting, self.prefilling = [], deque(), None
+        self.active, self.waiting, self.prefilling, self.boarding = [], deque(), None, []
         self.slots.reset()
         return ids
 
@@ -194,12 +197,15 @@ class BatchedDecoder:
         the ids of the requests that finished."""
         finished = self._admit()
         if self.active:
-            finished += self._decode_step()
+            finished += self._decode_step(self._board())
         return finished
 
     def _admit(self) -> list[int]:
-        """Prefill waiting requests while rows are free: everything when nothing decodes, else at
-        most ``prefill_chunk`` prompt tokens this step (a long prompt goes on next step)."""
+        """Prefill waiting requests alone while rows are free: everything when nothing decodes; else
+        (a forward that cannot carry riders) at most ``prefill_chunk`` prompt tokens this step (a
+        long prompt goes on next step)."""
+        if self.active and self.slots.carries_riders:
+            return []  # the prompts ride in the decode forward (``_board``)
         finished = []
         skipped: deque[_Row] = deque()
         budget = self.prefill_chunk if self.active else None
@@ -237,10 +243,58 @@ class BatchedDecoder:
         self.waiting.extendleft(reversed(skipped))
         return finished
 
+    def _board(self) -> list[tuple[_Row, int]]:
+        """The prompt chunks that ride in this step's forward, (request, tokens) each: the one
+        going in chunk by chunk first, then waiting requests while rows are free, at most
+        ``prefill_chunk`` tokens in all (a long prompt goes on next step)."""
+        riders: list[tuple[_Row, int]] = []
+        if not self.slots.carries_riders:
+            return riders
+        skipped: deque[_Row] = deque()
+        budget = self.prefill_chunk
+        self.boarding = []
+        try:
+            while budget is None or budget > 0:
+                row, self.prefilling = self.prefilling, None
+                if row is None:
+                    row = self._next_admissible(skipped)
+                    if row is None:
+                        break
+                    self.boarding.append(row)
+                    self._start(row)
+                else:
+                    self.boarding.append(row)
+                tokens = row.prefill.remaining if budget is None else min(budget, row.prefill.remaining)
+                riders.append((row, tokens))
+                budget = None if budget is None else budget - tokens
+        finally:
+            self.waiting.extendleft(reversed(skipped))
+        return riders
+
+    def _seat(self, riders: list[tuple[_Row, int]]) -> list[int]:
+        """After the step: riders whose whole prompt is in join as rows with their first token (the
+        one still going in waits for the next step); the ids of those that finished with it."""
+        finished = []
+        for row, _ in riders:
+            if row.prefill.remaining:
+                self.prefilling = row
+                continue
+            logits = row.prefill.logits
+            self.slots.join(row.prefill)
+            self._first_token(row, logits)
+            if row.stop_reason is not None:
+                self.slots.remove([self.slots.rows - 1])
+                self._finish_request(row)
+                finished.append(row.id)
+            else:
+                self.active.append(row)
+        self.boarding = []
+        return finished
+
     def _next_admissible(self, skipped: deque[_Row]) -> _Row | None:
         """The first waiting request that may start now (rows free, its controller free), taking
         its controller; requests passed over go to ``skipped``."""
-        while self.waiting and len(self.active) < self.max_batch:
+        while self.waiting and len(self.active) + len(self.boarding) < self.max_batch:
             row = self.waiting.popleft()
             if row.forced is not None:
                 row.policy = self.decoder.policy_for(row.key, self._pooled(row.key), *row.forced)
@@ -303,7 +357,7 @@ class BatchedDecoder:
         row.drafters = decoder.request_drafters(row.key)
         row.session = decoder.new_session(row.policy, cfg, row.key, row.drafters)
 
-    def _decode_step(self) -> list[int]:
+    def _decode_step(self, riders: list[tuple[_Row, int]]) -> list[int]:
         decoder = self.decoder
         t0 = decoder._now()
         rows = len(self.active)
@@ -334,7 +388,7 @@ class BatchedDecoder:
             proposals = [(p, d[:cap] if capped else d) for (p, d), capped in zip(proposals, bound)]
         inputs = [[row.context[-1], *drafts] for row, (_, drafts) in zip(self.active, proposals)]
         t1 = decoder._now()
-        logits = self.slots.extend(inputs)
+        logits = self.slots.extend(inputs, [(row.prefill, tokens) for row, tokens in riders])
         done: list[int] = []
         verdicts, emitted = [], []
         for index, row in enumerate(self.active):
@@ -363,22 +417,24 @@ class BatchedDecoder:
                 decoder.observers.notify("on_step", row.info, outcome, row.session.drain_events())
             if row.stop_reason is not None:
                 done.append(index)
-        if self.draft_cap is not None:  # every step teaches the cost
+        if self.draft_cap is not None:
             # priced by the tokens the forward scored: a packed step's width is its rows' mean
             # credits first: priced by the fit that decided the step's cut, before the step joins it
             width = self.slots.last_tokens / rows
             for row, gained in zip(self.active, self.draft_cap.credits(width, emitted, context) or ()):
                 row.credit += gained
-            self.draft_cap.observe(rows, width, t2 - t0, context)
+            if not riders:  # every step teaches the cost of its shape, but one that carried prompts costs more
+                self.draft_cap.observe(rows, width, t2 - t0, context)
+        finished = []
         if done:
             self.slots.remove(done)
             for index in done:
                 self._finish_request(self.active[index])
             finished = [self.active[index].id for index in done]
             self.active = [row for index, row in enumerate(self.active) if index not in set(done)]
-            return finished
-        self.slots.compact()
-        return []
+        else:
+            self.slots.compact()
+        return finished + self._seat(riders)
 
     def _propose(self, row: _Row, drafter, k: int) -> Proposal:
         """The row's draft; a drafter that fails costs that row its draft (a plain step), not the batch."""

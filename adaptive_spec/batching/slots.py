@@ -30,6 +30,13 @@ Two forms of the step's forward, the same logits (to rounding) and the same cach
   wrapper spreads and gathers the queries only while a packed forward runs in the calling thread,
   and is the plain ``sdpa`` otherwise.
 
+A packed forward can also carry *riders*: chunks of prompts on their way into the batch, each in a
+cache of its own (``Prefill``). Their tokens go through the projections and MLP in the same
+sequence as the rows' (one pass over the weights instead of a prefill forward of their own, which on
+CPU costs nearly a whole step even for a few tokens); in attention each chunk sees only its own
+prompt, causally, exactly as a prefill forward of its own would. A rider whose whole prompt is in
+then joins as the last row (``join``).
+
 In either form, on CPU, rows more than one token wide attend with grouped-query attention inside
 torch's kernel rather than through transformers' copy of every key and value head per query head
 (``_kernel_gqa``), a copy of the whole cache at every layer that made a draft dear for every row.
@@ -45,7 +52,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -57,11 +64,37 @@ from policies.batch_layout import LAYOUTS, packs
 
 @dataclass(frozen=True)
 class _Spread:
-    """Where a packed forward's tokens sit in the ``rows x width`` grid of its rows' new slots."""
+    """Where a packed forward's tokens sit in the ``rows x width`` grid of its rows' new slots, and
+    the riders (prompt chunks, each with a cache of its own) whose tokens follow the rows'."""
     rows: int
     width: int
     index: torch.Tensor  # per packed token, its place in the grid, row-major
     mask: torch.Tensor  # [rows, 1, width, slots + width], additive: what each grid query may see
+    riders: tuple = ()  # (Prefill, tokens) per rider, in the packed sequence's order
+    stowed: list = field(default_factory=list)  # this layer's riders' keys and values, cache included
+
+    @property
+    def head(self) -> int:
+        """Tokens of the packed sequence that belong to the rows (the riders' follow)."""
+        return self.index.numel()
+
+    def stow(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int):
+        """Append the riders' new keys and values to their own caches (kept for the attention that
+        follows in this layer); the rows' part of ``key_states`` / ``value_states`` comes back."""
+        sizes = [self.head] + [tokens for _, tokens in self.riders]
+        keys, values = key_states.split(sizes, dim=2), value_states.split(sizes, dim=2)
+        self.stowed[:] = [DynamicCache.update(rider.cache, k, v, layer_idx)
+                          for (rider, _), k, v in zip(self.riders, keys[1:], values[1:])]
+        return keys[0], values[0]
+
+    def attend_riders(self, queries: torch.Tensor, **kwargs) -> list[torch.Tensor]:
+        """Each rider's queries [1, heads, tokens, d] over its own prompt so far, causally -> [1, tokens, heads, d]."""
+        out = []
+        for part, (key, value) in zip(queries.split([t for _, t in self.riders], dim=2), self.stowed):
+            tokens, held = part.shape[2], key.shape[2]
+            see = torch.ones(tokens, held, dtype=torch.bool, device=part.device).tril(held - tokens)
+            out.append(_gqa_sdpa(part, key, value, see, **kwargs))
+        return out
 
     def spread(self, packed: torch.Tensor) -> torch.Tensor:
         """[1, heads, tokens, d] -> [rows, heads, width, d]; grid places without a token are zero."""
@@ -85,13 +118,19 @@ def _rows_sdpa(module, query, key, value, attention_mask, **kwargs):
     queries are spread into their rows, attend to the rows' cache under the rows' mask, and are
     gathered back; and multi-token rows on CPU attend with grouped-query attention in the kernel."""
     spread = getattr(_SPREAD, "spread", None)
+    riders = []
     if spread is not None:
+        if spread.riders:
+            riders = spread.attend_riders(query[:, :, spread.head:], **kwargs)
+            query = query[:, :, : spread.head]
         query, attention_mask = spread.spread(query), spread.mask
     if getattr(_SPREAD, "batch", False) and _kernel_gqa(module, query):
         out, weights = _gqa_sdpa(query, key, value, attention_mask, **kwargs), None
     else:
         out, weights = _SDPA(module, query, key, value, attention_mask, **kwargs)
-    return (spread.gather(out) if spread is not None else out), weights
+    if spread is None:
+        return out, weights
+    return torch.cat([spread.gather(out), *riders], dim=1) if riders else spread.gather(out), weights
 
 
 def _kernel_gqa(module, query) -> bool:
@@ -106,7 +145,8 @@ def _kernel_gqa(module, query) -> bool:
 
 def _gqa_sdpa(query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **_):
     """[rows, heads, q, d] queries over [rows, kv_heads, k, d] keys and values -> [rows, q, heads, d],
-    as transformers' ``sdpa`` returns it."""
+    as transformers' ``sdpa`` returns it. A boolean mask says what each query sees; an additive one
+    what it adds."""
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
                                                           dropout_p=dropout, scale=scaling, enable_gqa=True)
     return out.transpose(1, 2).contiguous()
@@ -127,6 +167,8 @@ class RowsCache(DynamicCache):
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         spread = getattr(_SPREAD, "spread", None)
         if spread is not None:
+            if spread.riders:
+                key_states, value_states = spread.stow(key_states, value_states, layer_idx)
             key_states, value_states = spread.spread(key_states), spread.spread(value_states)
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
@@ -140,6 +182,7 @@ class Prefill:
         self.prompt = list(prompt)
         self.cache = RowsCache()
         self.done = 0  # tokens prefilled
+        self.logits: torch.Tensor | None = None  # [1, vocab] at its last position, once the whole prompt is in
 
     @property
     def remaining(self) -> int:
@@ -204,10 +247,18 @@ class SlotCache:
         pending.done = end
         if end < len(pending.prompt):
             return None
+        pending.logits = out.logits[0, -1:]
+        self.join(pending)
+        return pending.logits
+
+    @torch.inference_mode()
+    def join(self, pending: Prefill) -> None:
+        """``pending``, its whole prompt in, joins as the last row."""
+        if pending.remaining:
+            raise ValueError(f"a prompt joins once it is all in: {pending.remaining} of its tokens are not")
         self._join(pending.cache, len(pending.prompt))
         self.tokens.append(list(pending.prompt))
         self._check()
-        return out.logits[0, -1:]
 
     def _join(self, single: DynamicCache, length: int) -> None:
         if not self.tokens:
@@ -256,21 +307,36 @@ class SlotCache:
     def _packs(self, widths: list[int]) -> bool:
         return self.packs_masks and packs(widths, self.layout)
 
+    @property
+    def carries_riders(self) -> bool:
+        """Whether ``extend`` can carry prompt chunks (packed forwards: sdpa attention, layout not forced padded)."""
+        return self.packs_masks and self.layout != "padded"
+
     def scored(self, widths: list[int]) -> int:
         """Tokens a forward over rows ``widths`` tokens wide would score, in the form ``extend`` runs it."""
         return sum(widths) if self._packs(widths) else len(widths) * max(widths)
 
     @torch.inference_mode()
-    def extend(self, inputs: list[list[int]]) -> list[torch.Tensor]:
-        """Feed every row its tokens in one forward; per row, logits [len(inputs[row]), vocab]."""
+    def extend(self, inputs: list[list[int]], riders: list[tuple[Prefill, int]] = ()) -> list[torch.Tensor]:
+        """Feed every row its tokens in one forward; per row, logits [len(inputs[row]), vocab].
+
+        ``riders``: (prompt on its way in, tokens) pairs whose next chunks go through the same
+        forward (packed); each advances by its chunk, and one whose whole prompt is then in holds its
+        last position's logits (``Prefill.logits``) until it ``join``s."""
         if len(inputs) != self.rows or any(not tokens for tokens in inputs):
             raise ValueError(f"extend needs at least one token for each of the {self.rows} rows")
+        if riders and not self.carries_riders:
+            raise ValueError(f"prompt chunks ride only in packed forwards (layout {self.layout!r}, "
+                             f"attention {getattr(self.model.config, '_attn_implementation', None)!r})")
+        if any(tokens < 1 or tokens > rider.remaining for rider, tokens in riders):
+            raise ValueError(f"a rider's chunk needs 1 to its remaining tokens, got "
+                             f"{[(tokens, rider.remaining) for rider, tokens in riders]}")
         widths = [len(tokens) for tokens in inputs]
         width = max(widths)
-        packed = self._packs(widths)
+        packed = bool(riders) or self._packs(widths)
         self.last_layout, self.last_tokens = ("packed", sum(widths)) if packed else ("padded", self.rows * width)
         if packed:
-            return self._extend_packed(inputs, width)
+            return self._extend_packed(inputs, width, list(riders))
         ids = torch.zeros(self.rows, width, dtype=torch.long, device=self.device)
         for row, tokens in enumerate(inputs):
             ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
@@ -288,7 +354,7 @@ class SlotCache:
         self._check()
         return [out.logits[row, : len(tokens)] for row, tokens in enumerate(inputs)]
 
-    def _extend_packed(self, inputs: list[list[int]], width: int) -> list[torch.Tensor]:
+    def _extend_packed(self, inputs: list[list[int]], width: int, riders: list[tuple[Prefill, int]]) -> list[torch.Tensor]:
         rows, slots = self.rows, self.slots
         widths = [len(tokens) for tokens in inputs]
         step = torch.arange(width, device=self.device)
@@ -300,18 +366,31 @@ class SlotCache:
         dtype = self.cache.layers[0].keys.dtype  # the attention's, which the mask must match
         mask = torch.zeros(see.shape, dtype=dtype, device=self.device).masked_fill(~see, torch.finfo(dtype).min)[:, None]
         positions = [p for row, w in enumerate(widths) for p in range(len(self.tokens[row]), len(self.tokens[row]) + w)]
-        ids = torch.tensor([[t for tokens in inputs for t in tokens]], dtype=torch.long, device=self.device)
-        _SPREAD.spread, _SPREAD.batch = _Spread(rows, width, fits.flatten().nonzero().flatten(), mask), True
+        ids = [t for tokens in inputs for t in tokens]
+        keep = list(range(len(ids)))  # every row token's logits; of a rider's chunk, its last position's
+        for rider, tokens in riders:
+            positions += range(rider.done, rider.done + tokens)
+            ids += rider.prompt[rider.done: rider.done + tokens]
+            keep.append(len(ids) - 1)
+        ids = torch.tensor([ids], dtype=torch.long, device=self.device)
+        spread = _Spread(rows, width, fits.flatten().nonzero().flatten(), mask, tuple(riders))
+        extra = {"logits_to_keep": torch.tensor(keep, device=self.device)} if riders else {}
+        _SPREAD.spread, _SPREAD.batch = spread, True
         try:
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=torch.tensor([positions], device=self.device),
-                             use_cache=True, **{self._cache_kwarg: self.cache})
+                             use_cache=True, **{self._cache_kwarg: self.cache}, **extra)
         finally:
             _SPREAD.spread, _SPREAD.batch = None, False
         self.valid = valid
         for row, tokens in enumerate(inputs):
             self.tokens[row].extend(tokens)
         self._check()
-        return list(out.logits[0].split(widths))
+        logits = out.logits[0]
+        for index, (rider, tokens) in enumerate(riders):
+            rider.done += tokens
+            if not rider.remaining:
+                rider.logits = logits[sum(widths) + index:][:1]
+        return list(logits[: sum(widths)].split(widths))
 
     @torch.inference_mode()
     def rollback(self, row: int, length: int) -> None:

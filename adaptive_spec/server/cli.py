@@ -25,8 +25,8 @@ def serve(
     max_queue: int = typer.Option(64, help="Requests waiting for the engine at most; beyond it, 429."),
     max_batch: int = typer.Option(1, help="Requests decoded together (continuous batching above 1; drafters must "
                                   "then be lookups: ngram, the default)."),
-    prefill_chunk: Optional[int] = typer.Option(None, help="With --max-batch above 1: prompt tokens prefilled per step "
-                                                f"while other requests decode (default {PREFILL_CHUNK}; a long prompt "
+    prefill_chunk: Optional[int] = typer.Option(None, help="With --max-batch above 1: prompt tokens that ride in each step "
+                                                f"while other requests decode, in the same forward (default {PREFILL_CHUNK}; a long prompt "
                                                 "joins over several steps)."),
     profile: Optional[Path] = typer.Option(None, help="With --max-batch above 1: a profile from `adaptive-spec calibrate "
                                            "--batch-sizes ...` whose timed steps start the batch's cost model."),
