@@ -189,20 +189,24 @@ def prefill_chunk_section(results_dir: Path, dates: dict | None) -> str:
     if not (Path(results_dir) / "prefill_chunk.json").exists():
         return ""
     data = load(results_dir, "prefill_chunk.json")
-    rows = [[row["chunk"], f"{row['join_steps']:.0f}",
+    rows = [[row.get("way", "alone"), row["chunk"], f"{row['join_steps']:.0f}",
              f"{row['worst_step_s']:.2f} [{row['worst_step_ci'][0]:.2f}, {row['worst_step_ci'][1]:.2f}]",
              f"{row['median_step_s']:.2f}", f"{row['ttft_s']:.2f} [{row['ttft_ci'][0]:.2f}, {row['ttft_ci'][1]:.2f}]",
              "yes" if row["identical"] else "**no**"] for row in data["summary"]]
     what = (f"A {data['long_tokens']}-token prompt (the public corpus's RAG and summarization prompts, one after "
             f"another) arrives while {data['rows']} short requests decode together in `BatchedDecoder` (plain "
             f"decoding, {data['max_tokens']} new tokens each). *prefill_chunk*: prompt tokens a step may prefill "
-            "while rows decode (`none`: the whole prompt in one step). *Longest step*: the worst gap the decoding "
+            "while rows decode (`none`: the whole prompt in one step). *prompt*: how each chunk goes in: `rides` "
+            "in the step's decode forward (the engine's default), or `alone`, a prefill forward of its own before "
+            "it (the `padded` layout, which cannot carry riders; with every row one token wide its decode forward "
+            "is the same). *Longest step*: the worst gap the decoding "
             "rows saw between two tokens while the prompt joined; *newcomer TTFT*: from its arrival to the end "
             f"of the step that gave its first token (that step's decode forward included, alike for every setting). Median of {data['rounds']} rounds with the settings' order rotated, 95% bootstrap interval "
             "over rounds; *same tokens*: every request's tokens equal the same request served alone.")
-    header = ["prefill_chunk", "steps to join", "longest step s [95% CI]", "median step s", "newcomer TTFT s [95% CI]",
+    header = ["prompt", "prefill_chunk", "steps to join", "longest step s [95% CI]", "median step s", "newcomer TTFT s [95% CI]",
               "same tokens"]
-    command = (f".venv/bin/python -m benchmarks.prefill_chunk --chunks {','.join(data['chunks'])} --rounds "
+    command = (f".venv/bin/python -m benchmarks.prefill_chunk --chunks {','.join(data['chunks'])}"
+               + (f" --ways {','.join(data['ways'])}" if "ways" in data else "") + " --rounds "
                f"{data['rounds']} --long-tokens {data['long_tokens']} --rows {data['rows']} --max-tokens "
                f"{data['max_tokens']} --out benchmarks/results/prefill_chunk.json")
     return "\n\n".join(["## Chunked prefill", what, table(header, rows),

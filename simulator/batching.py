@@ -147,9 +147,8 @@ class BatchingReplica(Replica):
                         session.overrule(plan)
                 steps = [(plan, _trimmed(draft, cap) if capped else draft) for (plan, draft), capped in zip(steps, bound)]
             seconds = self.iteration_s(running, steps, looked_up)
+            # as the engine's rows, the sequences' controllers learn the iteration's cost without the riders
             rode = riding and fed > 0
-            if rode:  # the sequences waited for the riders too (as the engine's rows: their verify time)
-                self.last_verify_s += prefill_s
             yield env.timeout(seconds + (prefill_s if rode else 0.0) + self.overhead.step_s)  # 4, 5
             if self.draft_cap is not None:  # every iteration teaches the cost
                 # priced by the tokens scored, as the engine does (a packed forward: its rows' mean width)

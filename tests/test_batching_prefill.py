@@ -2,6 +2,8 @@
 step prefilling at most ``prefill_chunk`` of its tokens, while the other rows keep decoding; every
 row's tokens stay those of the single request."""
 
+import time
+
 import pytest
 import torch
 
@@ -226,3 +228,26 @@ def test_a_request_that_fails_after_its_prompt_is_in_is_ended_by_the_recovery_no
             engine.step()
     assert sorted(engine.fail_all(RuntimeError("the client's stream broke"))) == sorted([running, failing, waiting])
     assert engine.pending == 0 and engine.slots.rows == 0 and not engine._busy
+
+
+def test_rows_are_charged_their_own_forward_not_the_prompts_that_rode_in_it(decoder):
+    """What the controllers learn a step cost: a rider's prefill is not the cost of the rows' drafts."""
+    from policies.batch_cap import BatchDraftCap
+
+    cap = BatchDraftCap()
+    engine = BatchedDecoder(decoder, max_batch=4, draft_cap=cap)
+    cap.cost = lambda rows, width, context=0.0: 0.01  # the fit's price of the rows' own forward
+    extend = engine.slots.extend
+
+    def slow(inputs, riders=()):  # every forward takes at least 50 ms
+        time.sleep(0.05)
+        return extend(inputs, riders)
+
+    engine.slots.extend = slow
+    first = engine.submit(COPY, policy=policy("plain"), max_new_tokens=6)
+    engine.step()  # its prompt alone (nothing decodes), then its first decode step
+    engine.step()
+    engine.submit(LONG[:20], policy=policy("plain"), max_new_tokens=6)  # rides in the third step
+    results = engine.run()
+    verify = [step.verify_s for step in results[first].steps]
+    assert verify[2] <= 0.01 < 0.05 <= min(verify[:2] + verify[3:])

@@ -397,6 +397,7 @@ class BatchedDecoder:
             self.slots.rollback(index, len(row.context) + verdict.num_accepted)
             verdicts.append(verdict)
         t2 = decoder._now()
+        verify_s = self._rows_verify_s(riders, rows, context, t1 - t0, t2 - t1)
         for index, row in enumerate(self.active):
             (proposal, drafts), verdict, plan = proposals[index], verdicts[index], plans[index]
             step_tokens = [*drafts[: verdict.num_accepted], verdict.next_token]
@@ -405,7 +406,7 @@ class BatchedDecoder:
             emitted.append(len(new))
             # the step's time is the whole batch's: what this row waited for its tokens
             outcome = row.session.finish(
-                plan, len(drafts), verdict.num_accepted, len(new), t1 - t0, t2 - t1, len(row.context) - len(step_tokens),
+                plan, len(drafts), verdict.num_accepted, len(new), t1 - t0, verify_s, len(row.context) - len(step_tokens),
                 first_token_right=bool(proposal.tokens) and proposal.tokens[0] == verdict.next_token,
                 match_order=proposal.match_order, match_ambiguous=proposal.match_ambiguous, context=row.context,
             )
@@ -435,6 +436,17 @@ class BatchedDecoder:
         else:
             self.slots.compact()
         return finished + self._seat(riders)
+
+    def _rows_verify_s(self, riders: list, rows: int, context: int, draft_s: float, verify_s: float) -> float:
+        """The forward's seconds as the rows' controllers learn them. A step that carried prompts
+        charges its rows what the batch's cost fit prices their own forward at (never more than it
+        took): a newcomer's prefill is not the cost of their drafts, and charged to them it made
+        drafting look slower than plain decoding."""
+        if not riders or self.draft_cap is None:
+            return verify_s
+        priced = self.draft_cap.cost(rows, self.slots.last_tokens / rows, context)
+        own = None if priced is None else priced - draft_s
+        return min(verify_s, own) if own is not None and own > 0 else verify_s
 
     def _propose(self, row: _Row, drafter, k: int) -> Proposal:
         """The row's draft; a drafter that fails costs that row its draft (a plain step), not the batch."""
