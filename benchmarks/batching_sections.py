@@ -155,7 +155,7 @@ def _with_best_fixed(data: dict) -> list[dict]:
 
 
 def _arrivals(data: dict) -> str:
-    """What the slowest requests waited for: other requests' prefills (``arrivals_seen``)."""
+    """What the slowest requests waited for: other requests' prompts going in (``arrivals_seen``)."""
     def cell(level: int, config: str) -> str:
         seen = [arrivals_seen(r) for r in data["runs"] if r["concurrency"] == level and r["config"] == config]
         seen = [n for n in seen if n is not None]
@@ -165,8 +165,8 @@ def _arrivals(data: dict) -> str:
     rows = [[str(level), *(cell(level, c) for c in data["configs"])] for level in data["concurrency"] if level > 1]
     return ("Requests that arrived while the slowest quarter of a run's requests ran, mean over those requests "
             "and over rounds. The client keeps the concurrency's number of requests in flight, so a config "
-            "whose answers end sooner sends the next requests sooner, and every newcomer's prefill is a forward "
-            "that the running rows wait for. The slowest requests are those that drafts barely speed up, such "
+            "whose answers end sooner sends the next requests sooner, and every newcomer's prompt makes the running "
+            "rows wait (riding in their step's forward, it adds what its tokens cost). The slowest requests are those that drafts barely speed up, such "
             "as open-ended ones, so under a config that speeds up the others they wait for more prefills than "
             "under plain decoding.\n\n" + table(header, rows))
 

@@ -128,7 +128,7 @@ def compare_best_fixed(runs: list[dict], concurrency: int, reference: str = "ada
 def arrivals_seen(run: dict, share: float = 0.25) -> float | None:
     """How many other requests arrived, on average, while the run's slowest ``share`` of requests
     ran. In a closed loop every answer that ends sooner lets the client send the next request
-    sooner, and each newcomer's prefill is a forward every running row waits for: a config that
+    sooner, and each newcomer's prompt is work every running row waits for: a config that
     speeds up the copying requests makes the ones drafts cannot speed up, the latency tail, wait
     for more. None when no request of the run completed."""
     done = sorted((r for r in run["trace"] if r["ok"]), key=lambda r: -r["e2el_ms"])

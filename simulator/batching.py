@@ -150,7 +150,7 @@ class BatchingReplica(Replica):
             # as the engine's rows, the sequences' controllers learn the iteration's cost without the riders
             rode = riding and fed > 0
             yield env.timeout(seconds + (prefill_s if rode else 0.0) + self.overhead.step_s)  # 4, 5
-            if self.draft_cap is not None:  # every iteration teaches the cost
+            if self.draft_cap is not None:
                 # priced by the tokens scored, as the engine does (a packed forward: its rows' mean width)
                 widths = [draft.proposed + 1 for _, draft in steps]
                 emitted = [min(draft.accepted + 1, seq[0].output_tokens - seq[0].generated)
