@@ -50,6 +50,8 @@ BATCH_CONTEXT_LENGTHS = (64, 256, 512)
 # packed forwards: (k + 1, rows drafting) beside one-token rows; one row drafting long or short, and
 # half the rows drafting, where the tokens packing leaves out are fewest
 PACKED_STEPS = ((9, 1), (3, 1), (9, "half"))
+RIDE_TOKENS = (16, 64, 256)  # prompt chunks riding in a batched step (at most the server's default chunk)
+RIDE_CONTEXT = 256  # the decoding rows' context while a chunk rides
 ACCEPTANCE_K = 8  # long drafts, so every position up to 8 gets counted
 MIN_TESTED = 5  # drafts that reached a position before its acceptance is estimated from them
 
@@ -132,6 +134,39 @@ def time_batched_verify(decoder: SpeculativeDecoder, batch_sizes: Sequence[int],
                 sample = {"tokens": tokens, "context_len": context, "batch": batch}
                 samples.append({**sample, **({"packed": drafting} if layout == "packed" else {}),
                                 "seconds": _median_time(run, repeats)})
+    slots.reset()
+    return samples
+
+
+def time_rides(decoder: SpeculativeDecoder, batch_sizes: Sequence[int], repeats: int) -> list[dict]:
+    """What a prompt chunk riding in the batched engine's step adds to it (``SlotCache`` riders):
+    the step of ``batch`` one-token rows with a chunk of ``prompt_tokens`` (``seconds``) and, timed
+    just before it, without (``alone_s``); nothing where the forward cannot carry riders."""
+    from adaptive_spec.batching import SlotCache
+    from adaptive_spec.batching.slots import Prefill
+
+    slots = SlotCache(decoder.target.model)
+    if not slots.carries_riders:
+        return []
+    vocab = decoder.target.vocab_size
+    samples = []
+    for batch in batch_sizes:
+        slots.reset()
+        for row in range(batch):
+            slots.add(_filler(RIDE_CONTEXT + row, vocab)[:RIDE_CONTEXT])
+        step = [[t] for t in _filler(batch, vocab)]
+
+        def run(riders=()):
+            slots.extend(step, riders)
+            for row in range(batch):
+                slots.rollback(row, RIDE_CONTEXT)
+            slots.compact()
+
+        for tokens in RIDE_TOKENS:
+            prompt = _filler(tokens, vocab)
+            alone = _median_time(run, repeats)
+            riding = _median_time(lambda: run([(Prefill(prompt), tokens)]), repeats)
+            samples.append({"prompt_tokens": tokens, "batch": batch, "seconds": riding, "alone_s": alone})
     slots.reset()
     return samples
 
@@ -276,9 +311,12 @@ def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int =
     prefill = time_prefill(decoder, repeats)
     say("verify")
     verify = time_verify(decoder, repeats)
+    ride = []
     if batch_sizes:
         say(f"batched verify ({', '.join(map(str, batch_sizes))} rows)")
         verify += time_batched_verify(decoder, batch_sizes, repeats)
+        say("prompts riding in batched steps")
+        ride = time_rides(decoder, batch_sizes, repeats)
     say("drafters")
     context = decoder.encode_prompt(prompts[0].prompt)
     draft = time_drafters(decoder, context, repeats)
@@ -301,6 +339,7 @@ def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int =
         },
         "prefill": prefill,
         "verify": verify,
+        **({"ride": ride} if ride else {}),
         "draft": draft,
         "acceptance": acceptance,
         **({"streams": streams} if streams else {}),

@@ -190,7 +190,7 @@ def at_speed(profile: str, plain_step_s: float, context: float) -> tuple[object,
     raw = json.loads(Path(profile).read_text(encoding="utf-8"))
     factor = plain_step_s / fit_cost_model(profile_from_dict(raw, profile)).verify_s(1, round(context))
     scaled = copy.deepcopy(raw)
-    for sample in scaled["prefill"] + scaled["verify"]:
+    for sample in scaled["prefill"] + scaled["verify"] + scaled.get("ride", []):
         sample["seconds"] *= factor
     for cost in scaled["draft"].values():
         for key in ("per_token_s", "per_call_s"):

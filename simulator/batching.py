@@ -19,8 +19,9 @@ One iteration::
     1. admit:   move queued requests into free slots. With no sequence running their prefills
                 run alone and give each its first token. With sequences running and
                 ``prefill_rides`` (as the engine's ``BatchedDecoder``), the prompts ride in the
-                iteration's forward: each costs what its tokens add to a forward, not a forward's
-                fixed part, and joins after it with its first token; without it they run first
+                iteration's forward: each costs what the profile measured such chunks add to a
+                batched step (its ``ride`` samples; without them, the prefill fit's growth over
+                the chunk, not a forward's fixed part), and joins after it with its first token; without it they run first
                 (prefill-priority scheduling, as vLLM's default), a forward each. With
                 ``prefill_chunk``, an iteration with running sequences prefills at most that many
                 prompt tokens: a long prompt joins over several iterations
@@ -235,13 +236,18 @@ class BatchingReplica(Replica):
 
 
 def chunk_prefill_s(cost, done: int, tokens: int, rides: bool = False) -> float:
-    """``tokens`` more of a prompt whose first ``done`` are in: the prefill fit's growth from
-    ``done`` to ``done + tokens`` tokens (attention over the earlier chunks included), plus, in a
-    forward of its own (not ``rides``), the fit's per-forward part. Alone from ``done`` 0 it is
+    """``tokens`` more of a prompt whose first ``done`` are in. Riding in a batched step: what the
+    profile measured such chunks add (``ride_s``), where it did. Otherwise the prefill fit's growth
+    from ``done`` to ``done + tokens`` tokens (attention over the earlier chunks included), plus, in
+    a forward of its own (not ``rides``), the fit's per-forward part. Alone from ``done`` 0 it is
     ``prefill_s(tokens)``. A cost model that draws its times at random (a queueing test's) can make
     the difference negative: never below 0."""
     if done == 0 and not rides:
         return cost.prefill_s(tokens)
+    ride = getattr(cost, "ride_s", None) if rides else None
+    measured = None if ride is None else ride(done, tokens)
+    if measured is not None:
+        return measured
     fixed = 0.0 if rides else cost.prefill_s(0)
     return max(0.0, cost.prefill_s(done + tokens) - cost.prefill_s(done) + fixed)
 

@@ -161,6 +161,17 @@ def fit_verify(samples: list[VerifySample] | tuple[VerifySample, ...]) -> Verify
                      float(np.max(np.abs(predicted - y) / y)))
 
 
+def fit_ride(samples) -> tuple[float, float] | None:
+    """(intercept, per_token) seconds a prompt chunk of n tokens adds to the batched step it rides
+    in (a sample's step with it less without it); None without samples (or with one chunk length
+    only: no slope to fit)."""
+    n = np.asarray([s.prompt_tokens for s in samples], dtype=float)
+    if n.size == 0 or n.std() == 0:
+        return None
+    intercept, coef = fit_linear(n[:, None], np.asarray([s.seconds - s.alone_s for s in samples]))
+    return float(intercept), float(coef[0])
+
+
 def fit_prefill(samples: list[PrefillSample] | tuple[PrefillSample, ...]) -> tuple[float, float, float]:
     """(intercept, per_token, per_token_squared) seconds for a prefill of n prompt tokens."""
     n = np.asarray([s.prompt_tokens for s in samples], dtype=float)
@@ -181,6 +192,7 @@ class FittedCostModel:
     # a batched forward pads every sequence to the widest (this engine's BatchedDecoder), rather
     # than scoring only each sequence's own tokens (a ragged engine such as vLLM's)
     padded: bool = False
+    ride: tuple[float, float] | None = None  # fit_ride's; None: riding priced from the prefill fit
 
     def __post_init__(self) -> None:
         w = self.verify.weights
@@ -198,6 +210,15 @@ class FittedCostModel:
     def prefill_s(self, prompt_tokens: int) -> float:
         v0, v1, v2 = self.prefill
         return v0 + v1 * prompt_tokens + v2 * prompt_tokens * prompt_tokens
+
+    def ride_s(self, done: int, tokens: int) -> float | None:
+        """What ``tokens`` more of a prompt whose first ``done`` are in add to the batched step they
+        ride in: the ride fit, plus the prefill fit's growth in attention over the earlier chunks;
+        None without a ride fit."""
+        if self.ride is None:
+            return None
+        v2 = self.prefill[2]
+        return max(0.0, self.ride[0] + self.ride[1] * tokens + v2 * 2 * done * tokens)
 
     def verify_s(self, tokens: float, context_len: float, batch: int = 1, batch_tokens: int | None = None,
                  batch_context: int | None = None, pairs: int | None = None) -> float:
@@ -301,4 +322,4 @@ def fit_cost_model(profile: Profile) -> FittedCostModel:
     """Fit every part of the cost model on a profile."""
     padded = profile.metadata.get("batched_forward") == "padded"
     return FittedCostModel(fit_verify(profile.verify), fit_prefill(profile.prefill), dict(profile.draft),
-                           tuple(profile.verify), padded)
+                           tuple(profile.verify), padded, fit_ride(profile.ride))

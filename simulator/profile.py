@@ -13,6 +13,9 @@ Sections:
                   forward over ``tokens`` tokens for each of ``batch`` sequences (``batch`` defaults
                   to 1; a plain decode step is ``tokens = 1``); ``"packed": d`` marks a packed
                   forward where ``d`` of the rows are ``tokens`` wide and the others one token
+- ``ride``        optional, ``[{"prompt_tokens": n, "batch": b, "seconds": s, "alone_s": s0}, ...]``: a
+                  batched step of ``b`` one-token rows with a chunk of ``n`` prompt tokens riding in
+                  its forward (the batched engine's riders), and the same step without it
 - ``draft``       ``{"<drafter>": {"per_token_s": s, "per_call_s": s0, "batched": true}}``
 - ``acceptance``  ``{"<class>": {"<drafter>": {"rate": a} | {"per_position": [...], "hit_rate": h}}}``
 - ``streams``     ``{"<class>": {"prompt": [ids], "output": [ids]}}``: a prompt's tokens and its greedy
@@ -30,6 +33,14 @@ from pathlib import Path
 from simulator.acceptance import AcceptanceProfile, acceptance_from_dict
 
 FORMAT = "adaptive-spec-profile/1"
+
+
+@dataclass(frozen=True)
+class RideSample:
+    prompt_tokens: int  # a prompt chunk riding in a batched step
+    batch: int  # the step's one-token rows
+    seconds: float  # the step with the chunk
+    alone_s: float  # the same step without it
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,7 @@ class Profile:
     acceptance: dict[str, dict[str, AcceptanceProfile]] = field(default_factory=dict)  # class -> drafter -> profile
     metadata: dict = field(default_factory=dict)
     streams: dict[str, TokenStream] = field(default_factory=dict)  # class -> its recorded tokens
+    ride: tuple[RideSample, ...] = ()  # what prompt chunks add to the batched steps they ride in
 
     @property
     def drafters(self) -> list[str]:
@@ -142,7 +154,7 @@ def profile_from_dict(raw: object, source: str = "profile") -> Profile:
     fmt = raw.get("format", FORMAT)
     if fmt != FORMAT:
         raise ValueError(f"{source}: format must be {FORMAT!r}, got format={fmt!r}")
-    known = {"format", "metadata", "prefill", "verify", "draft", "acceptance", "streams"}
+    known = {"format", "metadata", "prefill", "verify", "ride", "draft", "acceptance", "streams"}
     for key in raw:
         if key not in known:
             raise ValueError(f"{source}: {key} is not a known field (known: {', '.join(sorted(known))})")
@@ -183,7 +195,12 @@ def profile_from_dict(raw: object, source: str = "profile") -> Profile:
     metadata = raw.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ValueError(f"{source}: metadata must be an object, got {metadata!r}")
-    return Profile(tuple(prefill), tuple(verify), draft, acceptance, metadata, _streams(raw.get("streams"), source))
+    ride = [RideSample(**v) for v in _samples(
+        raw, "ride", source, {"prompt_tokens": ("int", 1), "batch": ("int", 1), "seconds": ("float", 0),
+                              "alone_s": ("float", 0)}, {})
+    ] if "ride" in raw else []
+    return Profile(tuple(prefill), tuple(verify), draft, acceptance, metadata, _streams(raw.get("streams"), source),
+                   tuple(ride))
 
 
 def _streams(raw: object, source: str) -> dict[str, TokenStream]:

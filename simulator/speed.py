@@ -59,6 +59,12 @@ class TimedCost:
     def draft_s(self, drafter: str, k: int, batch: int = 1, batch_draft_tokens: int | None = None) -> float:
         return self.timeline.factor(self.now()) * self.cost.draft_s(drafter, k, batch, batch_draft_tokens)
 
+    def ride_s(self, done: int, tokens: int) -> float | None:
+        """Inside a batched forward: the speed the decode forwards ran at."""
+        ride = getattr(self.cost, "ride_s", None)
+        seconds = None if ride is None else ride(done, tokens)
+        return None if seconds is None else self.timeline.factor(self.now()) * seconds
+
 
 # rows of one batched step are recorded together, within milliseconds; a forward takes tens of them
 SAME_STEP_S = 0.05

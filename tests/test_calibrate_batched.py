@@ -67,3 +67,42 @@ def test_the_batching_replica_prices_unequal_drafts_as_the_engine_runs_them(padd
         assert seen == [(13 / 3, 3, 13), (9, 3, 27)]
     else:
         assert seen == [(9, 3, 13), (9, 3, 27)]
+
+
+def test_prompt_chunks_riding_in_batched_steps_are_timed_with_and_without_and_price_the_replicas_riders(profile):
+    from adaptive_spec.calibrate import RIDE_TOKENS
+    from simulator.batching import chunk_prefill_s
+
+    assert {(r["batch"], r["prompt_tokens"]) for r in profile["ride"]} == {(b, n) for b in (2, 4) for n in RIDE_TOKENS}
+    assert all(r["seconds"] > 0 and r["alone_s"] > 0 for r in profile["ride"])
+    cost = fit_cost_model(profile_from_dict(profile, "calibrated"))
+    assert cost.ride is not None and cost.ride[1] >= 0
+    assert chunk_prefill_s(cost, 0, 64, rides=True) == cost.ride_s(0, 64)  # the measured price, not the prefill fit's
+    assert cost.ride_s(128, 64) >= cost.ride_s(0, 64)  # a later chunk attends over the earlier ones too
+
+
+def test_without_ride_samples_a_riding_chunk_is_priced_from_the_prefill_fit():
+    from simulator.batching import chunk_prefill_s
+
+    cost = fit_cost_model(profile_from_dict(gpu_like_profile(), "profile"))
+    assert cost.ride is None and cost.ride_s(0, 64) is None
+    assert chunk_prefill_s(cost, 0, 64, rides=True) == cost.prefill_s(64) - cost.prefill_s(0)
+
+
+def test_a_ride_sample_needs_both_timings_and_a_known_shape():
+    for bad, field in (({"prompt_tokens": 16, "batch": 4, "seconds": 0.1}, "alone_s"),
+                       ({"prompt_tokens": 0, "batch": 4, "seconds": 0.1, "alone_s": 0.05}, "prompt_tokens"),
+                       ({"prompt_tokens": 16, "batch": 4, "seconds": -0.1, "alone_s": 0.05}, "seconds"),
+                       ({"prompt_tokens": 16, "batch": 4, "seconds": 0.1, "alone_s": 0.05, "rows": 4}, "rows")):
+        with pytest.raises(ValueError, match=f"ride\\[0\\].{field}"):
+            profile_from_dict({**gpu_like_profile(), "ride": [bad]}, "p")
+
+
+def test_a_speed_timeline_scales_a_riding_chunk_as_it_scales_the_decode_forwards(profile):
+    from simulator.speed import SpeedTimeline, TimedCost
+
+    cost = fit_cost_model(profile_from_dict(profile, "calibrated"))
+    timed = TimedCost(cost, SpeedTimeline([(0.0, 1.5)]), lambda: 1.0, prefill_factor=0.5)
+    assert timed.ride_s(0, 64) == pytest.approx(1.5 * cost.ride_s(0, 64))
+    bare = TimedCost(fit_cost_model(profile_from_dict(gpu_like_profile(), "p")), SpeedTimeline([]), lambda: 0.0)
+    assert bare.ride_s(0, 64) is None  # no ride fit: the replica falls back on the prefill fit
