@@ -99,8 +99,10 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                      "benchmarks/results/" + name + "`)." if data.get("resimulated", _before_live_streams(data))
                      else " (`calibrate --per-prompt` records them).")
     if predicted and data.get("repredicted"):
-        what += (" The predictions were redone after the runs, on the same profile, by the same command with "
-                 f"`--resimulate benchmarks/results/{name}`.")
+        created = data.get("profile_created")
+        what += (" The predictions were redone after the runs, " + (f"on the profile as calibrated at {created} "
+                 "(by the `--calibrate` step of the same command), " if created else "on the same profile, ")
+                 + f"by the same command with `--resimulate benchmarks/results/{name}`.")
     if at_speed:
         what += (" *Plain step*: the machine's batch-1 speed around the run, from the server's /metrics over a few "
                  "plain requests sent alone just before and just after it; *at speed*: the same replay with every "

@@ -233,7 +233,9 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_batching result this can replay ({exc!r})")
     had_streams = result.get("profile_streams")
     result["profile"] = str(args.profile)
-    result["profile_streams"] = bool(load_profile(args.profile).streams)
+    profile = load_profile(args.profile)
+    result["profile_streams"] = bool(profile.streams)
+    result["profile_created"] = profile.metadata.get("created")  # a profile recalibrated since the runs says so
     # "resimulated": the profile's streams came after the runs; "repredicted": the runs' own profile
     result["repredicted" if had_streams else "resimulated"] = True
     write_json_atomic(args.out, result, "out")

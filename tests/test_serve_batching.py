@@ -148,6 +148,8 @@ def test_resimulate_predicts_a_recorded_result_again_with_another_profile(tmp_pa
     main(["--resimulate", str(recorded), "--profile", profile, "--out", str(out)])
     twice = json.loads(out.read_text())
     assert twice.get("repredicted") and not twice.get("resimulated")
+    from simulator.profile import load_profile
+    assert twice["profile_created"] == load_profile(profile).metadata.get("created")  # when the profile was calibrated
     with pytest.raises(SystemExit):  # a file that is no serve_batching result: one error naming it
         recorded.write_text(json.dumps({"runs": [{}]}))
         main(["--resimulate", str(recorded), "--profile", profile, "--out", str(out)])
