@@ -92,6 +92,9 @@ class _Spread:
         out = []
         for part, (key, value) in zip(queries.split([t for _, t in self.riders], dim=2), self.stowed):
             tokens, held = part.shape[2], key.shape[2]
+            if tokens == held:  # its first chunk: the kernel's causal path, as a prefill forward of its own takes
+                out.append(_gqa_sdpa(part, key, value, None, causal=True, **kwargs))
+                continue
             see = torch.ones(tokens, held, dtype=torch.bool, device=part.device).tril(held - tokens)
             out.append(_gqa_sdpa(part, key, value, see, **kwargs))
         return out
@@ -143,12 +146,14 @@ def _kernel_gqa(module, query) -> bool:
     return query.device.type == "cpu" and query.shape[2] > 1 and getattr(module, "num_key_value_groups", 1) > 1
 
 
-def _gqa_sdpa(query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **_):
+def _gqa_sdpa(query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+              causal: bool = False, **_):
     """[rows, heads, q, d] queries over [rows, kv_heads, k, d] keys and values -> [rows, q, heads, d],
     as transformers' ``sdpa`` returns it. A boolean mask says what each query sees; an additive one
-    what it adds."""
+    what it adds; ``causal`` (no mask) that each sees the keys up to its own position."""
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
-                                                          dropout_p=dropout, scale=scaling, enable_gqa=True)
+                                                          dropout_p=dropout, scale=scaling, is_causal=causal,
+                                                          enable_gqa=True)
     return out.transpose(1, 2).contiguous()
 
 
