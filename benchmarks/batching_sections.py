@@ -100,8 +100,11 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                      else " (`calibrate --per-prompt` records them).")
     if predicted and data.get("repredicted"):
         created = data.get("profile_created")
+        ride = data.get("profile_ride_calibrated")
         what += (" The predictions were redone after the runs, " + (f"on the profile as calibrated at {created} "
                  "(by the `--calibrate` step of the same command), " if created else "on the same profile, ")
+                 + (f"with its `ride` samples (what a prompt riding in a batched step adds to it) from a "
+                    f"calibration at {ride}, " if ride else "")
                  + f"by the same command with `--resimulate benchmarks/results/{name}`.")
     if at_speed:
         what += (" *Plain step*: the machine's batch-1 speed around the run, from the server's /metrics over a few "

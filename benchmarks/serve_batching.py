@@ -236,6 +236,7 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     profile = load_profile(args.profile)
     result["profile_streams"] = bool(profile.streams)
     result["profile_created"] = profile.metadata.get("created")  # a profile recalibrated since the runs says so
+    result["profile_ride_calibrated"] = profile.metadata.get("ride_calibrated")  # ride samples timed on their own
     # "resimulated": the profile's streams came after the runs; "repredicted": the runs' own profile
     result["repredicted" if had_streams else "resimulated"] = True
     write_json_atomic(args.out, result, "out")
