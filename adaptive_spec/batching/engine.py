@@ -234,12 +234,7 @@ class BatchedDecoder:
                     self._release(row)
                     self.waiting.appendleft(row)
                 raise
-            if row.stop_reason is not None:
-                self.slots.remove([self.slots.rows - 1])
-                self._finish_request(row)
-                finished.append(row.id)
-            else:
-                self.active.append(row)
+            finished += self._seated(row)
         self.waiting.extendleft(reversed(skipped))
         return finished
 
@@ -282,14 +277,19 @@ class BatchedDecoder:
             logits = row.prefill.logits
             self.slots.join(row.prefill)
             self._first_token(row, logits)
-            if row.stop_reason is not None:
-                self.slots.remove([self.slots.rows - 1])
-                self._finish_request(row)
-                finished.append(row.id)
-            else:
-                self.active.append(row)
+            finished += self._seated(row)
         self.boarding = []
         return finished
+
+    def _seated(self, row: _Row) -> list[int]:
+        """A row just joined as the cache's last, its first token out: it decodes on, or, finished
+        with that token, leaves at once; its id then."""
+        if row.stop_reason is None:
+            self.active.append(row)
+            return []
+        self.slots.remove([self.slots.rows - 1])
+        self._finish_request(row)
+        return [row.id]
 
     def _next_admissible(self, skipped: deque[_Row]) -> _Row | None:
         """The first waiting request that may start now (rows free, its controller free), taking
