@@ -21,8 +21,14 @@ chosen by ``BatchDraftCap.pick`` to maximise the step's expected goodput:
   to (so that drafts that pay beside short prompts are not taken for paying beside long ones).
   ``context`` is the caller's: the cache's slots per row; a packed step's width is the tokens it
   scores over its rows. Each fit learns from its own kind of step alone and decays only as more of
-  that kind arrive. One fit over both kinds (the jump a feature of it) priced a plain step from
-  drafting steps whenever plain ones were few: drafting steps cannot tell the plain step's cost
+  that kind arrive. Both learn from batches only, two rows or more: a single row is never cut, and
+  alone a multi-token forward costs far more over a one-token one than in a batch (the weights'
+  pass, paid once, no longer hides the other kernels). With ``rows`` a linear feature, single-row
+  steps in the fit raised a batch's price of its smallest drafts by more than the bound below, so
+  the bound refused drafts that cost a batch next to nothing and the fit, seeing none, never
+  learned better; and a spell of one-row traffic decayed away what batches had taught. One fit
+  over both kinds (the jump a feature of it) priced a plain step from drafting steps whenever plain
+  ones were few: drafting steps cannot tell the plain step's cost
   from the jump, and while a batch drafts its slots grow with the drafts, so the drafts' cost
   passed for the context's. A plain step was then priced at several times its cost, every draft
   looked cheap beside it, and every draft got past the bound below. Until a plain step of a
@@ -170,7 +176,7 @@ class BatchDraftCap:
     def observe(self, rows: int, width: float, seconds: float, context: float = 0.0) -> None:
         """A step of ``rows`` rows, ``width`` tokens wide, at ``context`` slots, took ``seconds``. A
         packed forward (each row only its own tokens) is ``width`` = the tokens it scored over ``rows``."""
-        if seconds <= 0 or rows < 1 or width < 1 or context < 0:
+        if seconds <= 0 or rows < 2 or width < 1 or context < 0:  # one row: never cut (module docstring)
             return
         x = _features(rows, width, context)
         self._coef = None
@@ -183,11 +189,12 @@ class BatchDraftCap:
     def warm(self, samples) -> int:
         """Start the cost fit from timed steps, ``(rows, width, seconds[, context])`` each (a
         profile's verify samples from ``calibrate --batch-sizes``), as if they were the first steps
-        observed: live steps outweigh them as they decay. Returns how many samples were taken."""
+        observed: live steps outweigh them as they decay. Returns how many samples were taken (a
+        single row's are not: the fits learn from batches)."""
         taken = 0
         for rows, width, seconds, *context in samples:
             context = context[0] if context else 0.0
-            if seconds > 0 and rows >= 1 and width >= 1 and context >= 0:
+            if seconds > 0 and rows >= 2 and width >= 1 and context >= 0:
                 self.observe(rows, width, seconds, context=context)
                 taken += 1
         return taken

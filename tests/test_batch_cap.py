@@ -57,12 +57,40 @@ def test_a_calibrated_profile_prices_steps_before_the_first_and_live_steps_take_
     timed = [(rows, width, cpu_like_cost(rows, width)) for rows in (1, 2, 4, 8) for width in (1, 2, 3, 5, 9)]
     cap = BatchDraftCap()
     assert cap.cost(6, 3) is None  # cold: nothing to price a step with
-    assert cap.warm(timed + [(4, 3, 0.0)]) == len(timed)  # a sample without a time is left out
+    # a sample without a time is left out, and so are a single row's: the fits price batches
+    assert cap.warm(timed + [(4, 3, 0.0)]) == len([t for t in timed if t[0] > 1])
     assert cap.cost(6, 3) == pytest.approx(cpu_like_cost(6, 3), rel=1e-3)
     for _ in range(400):  # the machine is half as fast as at calibration: the live steps win
         for rows, width in ((2, 1), (5, 3), (8, 9), (3, 5)):
             cap.observe(rows, width, 2 * cpu_like_cost(rows, width))
     assert cap.cost(6, 3) == pytest.approx(2 * cpu_like_cost(6, 3), rel=0.02)
+
+
+def alone_and_batched(rows: int, width: float) -> float:
+    """CPU-like: alone, a multi-token forward costs much more than a one-token one; in a batch,
+    where one pass over the weights serves every row, a few more tokens cost next to nothing."""
+    if rows == 1:
+        return 0.055 + (0.02 + 0.004 * width if width > 1 else 0.0)
+    return 0.055 + 0.008 * rows + 0.0006 * rows * width
+
+
+def test_single_row_steps_teach_the_batch_fits_nothing():
+    """A single row is never cut; its steps in the fits (``rows`` a linear feature) priced a batch's
+    smallest drafts above the bound, and a spell of one-row traffic wore away what batches taught."""
+    cap = BatchDraftCap(plain_every=10_000)
+    shapes = [(rows, width) for rows in (1, 2, 4, 8) for width in (1, 1.25, 1.5, 2, 3, 5, 9)]
+    assert cap.warm([(r, w, alone_and_batched(r, w), 100) for r, w in shapes]) == 3 * 7
+    priced = {(r, w): cap.cost(r, w, 100) for r, w in shapes if r > 1}
+    for (rows, width), seconds in priced.items():
+        assert seconds == pytest.approx(alone_and_batched(rows, width), rel=1e-3)
+    for _ in range(1000):  # one-row traffic: the batches' prices stay as they were
+        cap.observe(1, 1, 0.055, 100)
+        cap.observe(1, 5, 0.095, 100)
+    assert {shape: cap.cost(*shape, 100) for shape in priced} == priced
+    # a copying row beside three that draft nothing: one more token costs the batch under 1 %, well
+    # inside the bound, so the copying row drafts
+    lengths, expected = [8, 0, 0, 0], [copying(8)] + [[1.0]] * 3
+    assert cap.pick(lengths, expected, [True] * 4, PACKED, context=100) >= 1
 
 
 @pytest.mark.parametrize("rows", [2, 3, 4, 8])
