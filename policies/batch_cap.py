@@ -21,12 +21,13 @@ chosen by ``BatchDraftCap.pick`` to maximise the step's expected goodput:
   to (so that drafts that pay beside short prompts are not taken for paying beside long ones).
   ``context`` is the caller's: the cache's slots per row; a packed step's width is the tokens it
   scores over its rows. Each fit learns from its own kind of step alone and decays only as more of
-  that kind arrive. Both learn from batches only, two rows or more: a single row is never cut, and
-  alone a multi-token forward costs far more over a one-token one than in a batch (the weights'
-  pass, paid once, no longer hides the other kernels). With ``rows`` a linear feature, single-row
-  steps in the fit raised a batch's price of its smallest drafts by more than the bound below, so
-  the bound refused drafts that cost a batch next to nothing and the fit, seeing none, never
-  learned better; and a spell of one-row traffic decayed away what batches had taught. One fit
+  that kind arrive. A single row's steps have two fits of their own (it is never cut, but the
+  engine prices its own forward on a step that carried a prompt): alone, a multi-token forward
+  costs far more over a one-token one than in a batch (the weights' pass, paid once, no longer
+  hides the other kernels). With ``rows`` a linear feature of one fit, single-row steps raised a
+  batch's price of its smallest drafts by more than the bound below, so the bound refused drafts
+  that cost a batch next to nothing and the fit, seeing none, never learned better; and a spell
+  of one-row traffic shifted what batches had taught. One fit
   over both kinds (the jump a feature of it) priced a plain step from drafting steps whenever plain
   ones were few: drafting steps cannot tell the plain step's cost
   from the jump, and while a batch drafts its slots grow with the drafts, so the drafts' cost
@@ -65,6 +66,9 @@ from policies.guard import GuardConfig
 from policies.validation import check_int
 
 FEATURES = {False: 3, True: 4}  # of each cost fit (``_features``): plain steps' and wider ones'
+# each fit's key: (wider than one token a row, a single row); a single row's steps, never cut, are
+# priced apart from batches' (module docstring)
+FITS = [(wide, alone) for wide in (False, True) for alone in (False, True)]
 CONTEXT_UNIT = 1000.0  # tokens: context enters the fit in thousands, near the other features' scale
 # a ridge on each fit's context slope alone, in the fit's units (decayed steps x (rows x thousands
 # of slots)^2 about their mean): while the steps' contexts barely differ the slope stays near 0 and
@@ -85,9 +89,10 @@ class BatchDraftCap:
     # slower than plain decoding by its neighbours either (benchmarks/serve_tradeoff.py measures
     # others). None: the batch's goodput alone decides
     plain_slowdown: float | None = GuardConfig.off_margin
-    # each fit's sums (False: plain steps, one token a row; True: wider ones)
-    _sums: dict[bool, tuple[list[list[float]], list[float]]] = field(
-        default_factory=lambda: {wide: ([[0.0] * n for _ in range(n)], [0.0] * n) for wide, n in FEATURES.items()},
+    # each fit's sums, by its key in FITS
+    _sums: dict[tuple[bool, bool], tuple[list[list[float]], list[float]]] = field(
+        default_factory=lambda: {key: ([[0.0] * FEATURES[key[0]] for _ in range(FEATURES[key[0]])],
+                                       [0.0] * FEATURES[key[0]]) for key in FITS},
         repr=False)
 
     def __post_init__(self) -> None:
@@ -97,7 +102,7 @@ class BatchDraftCap:
         if self.plain_slowdown is not None and not 0 <= self.plain_slowdown < float("inf"):
             raise ValueError(f"plain_slowdown must be >= 0 or None, got plain_slowdown={self.plain_slowdown!r}")
         self._steps = self._last_plain = 0  # batched steps picked for, and the last one that was plain
-        self._coef: dict[bool, list[float] | None] | None = None  # each fit's weights (None: no step of its kind yet)
+        self._coef: dict[tuple[bool, bool], list[float] | None] | None = None  # each fit's weights (None: no step of its kind yet)
 
     # -- choosing ------------------------------------------------------------------------------------
 
@@ -124,7 +129,7 @@ class BatchDraftCap:
         if self._steps - self._last_plain >= self.plain_every:
             self._last_plain = self._steps
             return 0
-        base, drafting_priced = self.cost(rows, 1, context), self._fit()[True] is not None
+        base, drafting_priced = self.cost(rows, 1, context), self._fit()[True, False] is not None
         if base is None and drafting_priced:  # drafting steps timed, never a plain one
             self._last_plain = self._steps
             return 0
@@ -162,13 +167,13 @@ class BatchDraftCap:
     def cost(self, rows: int, width: float, context: float = 0.0) -> float | None:
         """Predicted seconds of a step of ``rows`` rows ``width`` tokens wide at ``context`` slots; None
         before the fit."""
-        coef = self._fit()[width > 1]
+        coef = self._fit()[width > 1, rows == 1]
         return None if coef is None else _price(coef, rows, width, context)
 
-    def _fit(self) -> dict[bool, list[float] | None]:
+    def _fit(self) -> dict[tuple[bool, bool], list[float] | None]:
         """Each fit's weights, solved once per observed step: a step prices a dozen shapes."""
         if self._coef is None:
-            self._coef = {wide: _solve(a, b, prior={len(b) - 1: CONTEXT_PRIOR}) for wide, (a, b) in self._sums.items()}
+            self._coef = {key: _solve(a, b, prior={len(b) - 1: CONTEXT_PRIOR}) for key, (a, b) in self._sums.items()}
         return self._coef
 
     # -- learning ------------------------------------------------------------------------------------
@@ -176,11 +181,11 @@ class BatchDraftCap:
     def observe(self, rows: int, width: float, seconds: float, context: float = 0.0) -> None:
         """A step of ``rows`` rows, ``width`` tokens wide, at ``context`` slots, took ``seconds``. A
         packed forward (each row only its own tokens) is ``width`` = the tokens it scored over ``rows``."""
-        if seconds <= 0 or rows < 2 or width < 1 or context < 0:  # one row: never cut (module docstring)
+        if seconds <= 0 or rows < 1 or width < 1 or context < 0:
             return
         x = _features(rows, width, context)
         self._coef = None
-        xtx, xty = self._sums[width > 1]  # only the samples of its own kind decay
+        xtx, xty = self._sums[width > 1, rows == 1]  # only the samples of its own kind decay
         for i, xi in enumerate(x):
             xty[i] = xty[i] * self.decay + xi * seconds
             for j, xj in enumerate(x):
@@ -189,12 +194,11 @@ class BatchDraftCap:
     def warm(self, samples) -> int:
         """Start the cost fit from timed steps, ``(rows, width, seconds[, context])`` each (a
         profile's verify samples from ``calibrate --batch-sizes``), as if they were the first steps
-        observed: live steps outweigh them as they decay. Returns how many samples were taken (a
-        single row's are not: the fits learn from batches)."""
+        observed: live steps outweigh them as they decay. Returns how many samples were taken."""
         taken = 0
         for rows, width, seconds, *context in samples:
             context = context[0] if context else 0.0
-            if seconds > 0 and rows >= 2 and width >= 1 and context >= 0:
+            if seconds > 0 and rows >= 1 and width >= 1 and context >= 0:
                 self.observe(rows, width, seconds, context=context)
                 taken += 1
         return taken

@@ -21,8 +21,9 @@ One iteration::
                 ``prefill_rides`` (as the engine's ``BatchedDecoder``), the prompts ride in the
                 iteration's forward: each costs what the profile measured such chunks add to a
                 batched step (its ``ride`` samples; without them, the prefill fit's growth over
-                the chunk, not a forward's fixed part), and joins after it with its first token; without it they run first
-                (prefill-priority scheduling, as vLLM's default), a forward each. With
+                the chunk, not a forward's fixed part), and joins after it with its first token;
+                without it they run first (prefill-priority scheduling, as vLLM's default), a
+                forward each. With
                 ``prefill_chunk``, an iteration with running sequences prefills at most that many
                 prompt tokens: a long prompt joins over several iterations
     2. plan:    each running sequence's session asks its policy for (drafter, k), capped to its
