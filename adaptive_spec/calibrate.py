@@ -1,6 +1,7 @@
 """Measure the engine on this device and write a simulator profile (``adaptive-spec-profile/1``).
 
-What is timed, each the median of ``repeats`` runs after a warm-up:
+What is timed, each the median of ``repeats`` runs after a warm-up, the shapes of each kind timed
+in interleaved passes (``_interleaved_medians``):
 
 - prefill: a fresh cache reading prompts of several lengths;
 - verify: one target forward of ``k + 1`` tokens on top of a cache of ``context_len`` tokens, plus
@@ -25,12 +26,14 @@ The format is documented in ``simulator/PROFILE.md``.
 
 from __future__ import annotations
 
+import functools
 import math
+import random
 import statistics
 import time
 from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import torch
 
@@ -66,6 +69,26 @@ def _median_time(fn: Callable[[], None], repeats: int) -> float:
     return statistics.median(times)
 
 
+def _interleaved_medians(runs: Sequence[tuple[Hashable, Callable[[], None]]], repeats: int,
+                         seed: int = 0) -> dict[Hashable, float]:
+    """Each run's median of ``repeats`` timings, every pass over the runs in a fresh shuffled order
+    (after one warm-up call each). The machine's speed swings within seconds: timed back to back,
+    each shape's repeats shared one spell of it, and a slow spell made a whole block of shapes (one
+    batch size, one context) look dear alike, which a cost fit over the shapes reads as the shapes'
+    own cost. Interleaved, a spell lands on shapes at random. Each run must leave the state it found."""
+    for _, fn in runs:
+        fn()  # warm-up: first calls of a shape pay for kernel selection
+    times: dict[Hashable, list[float]] = defaultdict(list)
+    order, rng = list(runs), random.Random(seed)
+    for _ in range(repeats):
+        rng.shuffle(order)
+        for key, fn in order:
+            start = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(seconds) for key, seconds in times.items()}
+
+
 def _filler(length: int, vocab: int) -> list[int]:
     g = torch.Generator().manual_seed(length)
     return torch.randint(100, min(vocab, 20000), (length,), generator=g).tolist()
@@ -73,102 +96,106 @@ def _filler(length: int, vocab: int) -> list[int]:
 
 def time_prefill(decoder: SpeculativeDecoder, repeats: int) -> list[dict]:
     lm = decoder.target
-    samples = []
+    runs = []
     for n in PREFILL_LENGTHS:
         ids = _filler(n, lm.vocab_size)
 
-        def run():
+        def run(ids=ids):
             lm.reset()
             lm.extend(ids)
 
-        samples.append({"prompt_tokens": n, "seconds": _median_time(run, repeats)})
-    return samples
+        runs.append((n, run))
+    timed = _interleaved_medians(runs, repeats)
+    return [{"prompt_tokens": n, "seconds": timed[n]} for n in PREFILL_LENGTHS]
 
 
 def time_verify(decoder: SpeculativeDecoder, repeats: int) -> list[dict]:
+    """One row's step but drafting; the widths of one context interleaved (the context is the
+    cache's, filled once for them)."""
     lm = decoder.target
     samples = []
     for context in CONTEXT_LENGTHS:
         lm.reset()
         lm.extend(_filler(context, lm.vocab_size))
+        runs = []
         for tokens in VERIFY_TOKENS:
             step = _filler(tokens, lm.vocab_size)
 
-            def run():
+            def run(step=step, tokens=tokens):
                 logits = lm.extend(step, num_logits=tokens)
                 verify_greedy(step[1:], logits)
                 lm.rollback(context)
 
-            samples.append({"tokens": tokens, "context_len": context, "batch": 1, "seconds": _median_time(run, repeats)})
+            runs.append((tokens, run))
+        timed = _interleaved_medians(runs, repeats)
+        samples += [{"tokens": tokens, "context_len": context, "batch": 1, "seconds": timed[tokens]} for tokens in VERIFY_TOKENS]
     return samples
 
 
 def time_batched_verify(decoder: SpeculativeDecoder, batch_sizes: Sequence[int], repeats: int) -> list[dict]:
     """The batched engine's step but drafting, on ``SlotCache`` rows of ``context_len`` tokens each:
     padded, every row ``tokens`` wide, and packed (``policies.batch_layout``), ``packed`` rows
-    ``tokens`` wide beside one-token rows."""
+    ``tokens`` wide beside one-token rows. Every shape, batch size and context interleaved
+    (``_interleaved_medians``): a cache of its own per batch size and context."""
     from adaptive_spec.batching import SlotCache
 
-    slots = SlotCache(decoder.target.model)
     vocab = decoder.target.vocab_size
-    samples = []
+    runs = []
     for batch in batch_sizes:
         packed_steps = sorted({(t, batch // 2 if d == "half" else d) for t, d in PACKED_STEPS})
         for context in BATCH_CONTEXT_LENGTHS:
-            slots.reset()
+            slots = SlotCache(decoder.target.model)
             for row in range(batch):
                 slots.add(_filler(context + row, vocab)[:context])
             shapes = [("padded", tokens, batch) for tokens in BATCH_VERIFY_TOKENS]
             shapes += [("packed", t, d) for t, d in packed_steps if 0 < d < batch] if slots.packs_masks else []
             for layout, tokens, drafting in shapes:
                 step = [_filler(tokens + row, vocab)[:tokens if row < drafting else 1] for row in range(batch)]
-                slots.layout = layout
+                runs.append(((batch, context, layout, tokens, drafting),
+                             functools.partial(_batched_step, slots, layout, step, context)))
+    timed = _interleaved_medians(runs, repeats)
+    return [{"tokens": tokens, "context_len": context, "batch": batch,
+             **({"packed": drafting} if layout == "packed" else {}), "seconds": timed[batch, context, layout, tokens, drafting]}
+            for batch, context, layout, tokens, drafting in (key for key, _ in runs)]
 
-                def run():
-                    logits = slots.extend(step)
-                    for row in range(batch):
-                        verify_greedy(step[row][1:], logits[row])
-                        slots.rollback(row, context)
-                    slots.compact()
 
-                sample = {"tokens": tokens, "context_len": context, "batch": batch}
-                samples.append({**sample, **({"packed": drafting} if layout == "packed" else {}),
-                                "seconds": _median_time(run, repeats)})
-    slots.reset()
-    return samples
+def _batched_step(slots, layout: str, step: list[list[int]], context: int, riders=()) -> None:
+    """One batched step but drafting, as the engine runs it: the forward, each row's check and
+    rollback to ``context`` tokens, the compaction; the cache is left as it was."""
+    slots.layout = layout
+    logits = slots.extend(step, riders)
+    for row, tokens in enumerate(step):
+        verify_greedy(tokens[1:], logits[row])
+        slots.rollback(row, context)
+    slots.compact()
 
 
 def time_rides(decoder: SpeculativeDecoder, batch_sizes: Sequence[int], repeats: int) -> list[dict]:
     """What a prompt chunk riding in the batched engine's step adds to it (``SlotCache`` riders):
-    the step of ``batch`` one-token rows with a chunk of ``prompt_tokens`` (``seconds``) and, timed
-    just before it, without (``alone_s``); nothing where the forward cannot carry riders."""
+    the step of ``batch`` one-token rows with a chunk of ``prompt_tokens`` (``seconds``) and, in the
+    same interleaved passes (``_interleaved_medians``), without (``alone_s``); nothing where the
+    forward cannot carry riders."""
     from adaptive_spec.batching import SlotCache
     from adaptive_spec.batching.slots import Prefill
 
-    slots = SlotCache(decoder.target.model)
-    if not slots.carries_riders:
+    if not SlotCache(decoder.target.model).carries_riders:
         return []
     vocab = decoder.target.vocab_size
-    samples = []
+    runs = []
     for batch in batch_sizes:
-        slots.reset()
+        slots = SlotCache(decoder.target.model)
         for row in range(batch):
             slots.add(_filler(RIDE_CONTEXT + row, vocab)[:RIDE_CONTEXT])
         step = [[t] for t in _filler(batch, vocab)]
-
-        def run(riders=()):
-            slots.extend(step, riders)
-            for row in range(batch):
-                slots.rollback(row, RIDE_CONTEXT)
-            slots.compact()
-
+        layout = slots.layout
+        runs.append(((batch, 0), functools.partial(_batched_step, slots, layout, step, RIDE_CONTEXT)))
         for tokens in RIDE_TOKENS:
             prompt = _filler(tokens, vocab)
-            alone = _median_time(run, repeats)
-            riding = _median_time(lambda: run([(Prefill(prompt), tokens)]), repeats)
-            samples.append({"prompt_tokens": tokens, "batch": batch, "seconds": riding, "alone_s": alone})
-    slots.reset()
-    return samples
+            runs.append(((batch, tokens), lambda slots=slots, step=step, prompt=prompt, tokens=tokens, layout=layout:
+                         _batched_step(slots, layout, step, RIDE_CONTEXT, [(Prefill(prompt), tokens)])))
+    timed = _interleaved_medians(runs, repeats)
+    return [{"prompt_tokens": tokens, "batch": batch, "seconds": timed[batch, tokens], "alone_s": timed[batch, 0]}
+            for batch in batch_sizes for tokens in RIDE_TOKENS]
 
 
 def time_drafters(decoder: SpeculativeDecoder, context_ids: list[int], repeats: int) -> dict:

@@ -106,3 +106,43 @@ def test_a_speed_timeline_scales_a_riding_chunk_as_it_scales_the_decode_forwards
     assert timed.ride_s(0, 64) == pytest.approx(1.5 * cost.ride_s(0, 64))
     bare = TimedCost(fit_cost_model(profile_from_dict(gpu_like_profile(), "p")), SpeedTimeline([]), lambda: 0.0)
     assert bare.ride_s(0, 64) is None  # no ride fit: the replica falls back on the prefill fit
+
+
+def test_a_slow_spell_of_the_machine_lands_on_interleaved_shapes_at_random(monkeypatch):
+    """The machine's speed swings within seconds. Timed back to back, every repeat of a shape shares
+    one spell, so a slow spell doubles a whole block of shapes' medians, and a fit over the shapes
+    reads that as their cost. Interleaved passes spread it: each shape gets a repeat or two of it,
+    and its median stays at its cost."""
+    import adaptive_spec.calibrate as calibration
+
+    cost = {key: 0.01 * (1 + key) for key in range(8)}
+    clock = {"now": 0.0, "calls": 0}
+    monkeypatch.setattr(calibration, "time", types.SimpleNamespace(perf_counter=lambda: clock["now"]))
+
+    def shape(key):
+        def run():
+            clock["calls"] += 1
+            slow = 12 <= clock["calls"] < 25  # a third of the timed calls, in one stretch
+            clock["now"] += cost[key] * (2.0 if slow else 1.0)
+        return run
+
+    runs = [(key, shape(key)) for key in cost]
+    clock["calls"] = len(runs)  # the spell is placed among the timed calls, after the warm-ups
+    blocked = {key: calibration._median_time(fn, 5) for key, fn in runs}
+    assert max(blocked[key] / cost[key] for key in cost) == pytest.approx(2.0)  # the spell took a block whole
+    clock["calls"] = 0
+    timed = calibration._interleaved_medians(runs, 5)
+    assert clock["calls"] == 8 * 6  # one warm-up and 5 repeats each
+    assert timed == pytest.approx(cost)
+
+
+def test_interleaved_passes_visit_every_shape_once_each_in_a_fresh_order():
+    import adaptive_spec.calibrate as calibration
+
+    calls = []
+    runs = [(key, lambda key=key: calls.append(key)) for key in "abcdef"]
+    calibration._interleaved_medians(runs, 4, seed=1)
+    warm, passes = calls[:6], [calls[6 + 6 * i: 12 + 6 * i] for i in range(4)]
+    assert warm == list("abcdef") and len(calls) == 30
+    assert all(sorted(p) == list("abcdef") for p in passes)
+    assert len({tuple(p) for p in passes}) > 1  # not one fixed order: a periodic swing would favour its shapes
