@@ -1,7 +1,7 @@
 """Measure the engine on this device and write a simulator profile (``adaptive-spec-profile/1``).
 
-What is timed, each the median of ``repeats`` runs after a warm-up, the shapes of each kind timed
-in interleaved passes (``_interleaved_medians``):
+What is timed, each the median of ``repeats`` runs after a warm-up, every step shape of every kind
+below but the drafters' timed in the same interleaved passes (``time_steps``):
 
 - prefill: a fresh cache reading prompts of several lengths;
 - verify: one target forward of ``k + 1`` tokens on top of a cache of ``context_len`` tokens, plus
@@ -38,6 +38,7 @@ from typing import Callable, Hashable, Sequence
 import torch
 
 from adaptive_spec.bench import Prompt
+from adaptive_spec.cached_lm import CachedLM
 from adaptive_spec.config import GenerationConfig
 from adaptive_spec.decoder import SpeculativeDecoder
 from adaptive_spec.errors import InvalidParameterError
@@ -94,8 +95,41 @@ def _filler(length: int, vocab: int) -> list[int]:
     return torch.randint(100, min(vocab, 20000), (length,), generator=g).tolist()
 
 
-def time_prefill(decoder: SpeculativeDecoder, repeats: int) -> list[dict]:
-    lm = decoder.target
+Run = tuple[Hashable, Callable[[], None]]
+
+
+def time_steps(decoder: SpeculativeDecoder, repeats: int, batch_sizes: Sequence[int] = ()) -> dict[str, list[dict]]:
+    """Prefill, one row's verify and, with ``batch_sizes``, the batched engine's steps and the
+    prompts riding in them, every shape of every kind in the same interleaved passes
+    (``_interleaved_medians``): a spell of the machine's speed that fell on one kind's phase made
+    that kind's level (a prefill against a step) as wrong as a block of shapes. Each shape keeps a
+    cache of its own, so the shapes can run in any order."""
+    runs = _prefill_runs(decoder) + _verify_runs(decoder)
+    if batch_sizes:
+        runs += _batched_runs(decoder, batch_sizes) + _ride_runs(decoder, batch_sizes)
+    timed = _interleaved_medians(runs, repeats)
+    samples: dict[str, list[dict]] = {"prefill": [], "verify": [], "ride": []}
+    for key, _ in runs:
+        kind, *shape = key
+        if kind == "prefill":
+            samples["prefill"].append({"prompt_tokens": shape[0], "seconds": timed[key]})
+        elif kind == "verify":
+            context, tokens = shape
+            samples["verify"].append({"tokens": tokens, "context_len": context, "batch": 1, "seconds": timed[key]})
+        elif kind == "batched":
+            batch, context, layout, tokens, drafting = shape
+            samples["verify"].append({"tokens": tokens, "context_len": context, "batch": batch,
+                                      **({"packed": drafting} if layout == "packed" else {}), "seconds": timed[key]})
+        elif kind == "ride" and shape[1]:
+            batch, tokens = shape
+            samples["ride"].append({"prompt_tokens": tokens, "batch": batch, "seconds": timed[key],
+                                    "alone_s": timed["ride", batch, 0]})
+    return samples
+
+
+def _prefill_runs(decoder: SpeculativeDecoder) -> list[Run]:
+    """A fresh cache reading prompts of several lengths (a cache of their own)."""
+    lm = CachedLM(decoder.target.model)
     runs = []
     for n in PREFILL_LENGTHS:
         ids = _filler(n, lm.vocab_size)
@@ -104,39 +138,32 @@ def time_prefill(decoder: SpeculativeDecoder, repeats: int) -> list[dict]:
             lm.reset()
             lm.extend(ids)
 
-        runs.append((n, run))
-    timed = _interleaved_medians(runs, repeats)
-    return [{"prompt_tokens": n, "seconds": timed[n]} for n in PREFILL_LENGTHS]
+        runs.append((("prefill", n), run))
+    return runs
 
 
-def time_verify(decoder: SpeculativeDecoder, repeats: int) -> list[dict]:
-    """One row's step but drafting; the widths of one context interleaved (the context is the
-    cache's, filled once for them)."""
-    lm = decoder.target
-    samples = []
+def _verify_runs(decoder: SpeculativeDecoder) -> list[Run]:
+    """One row's step but drafting, on a cache of ``context`` tokens (one per context)."""
+    runs = []
     for context in CONTEXT_LENGTHS:
-        lm.reset()
+        lm = CachedLM(decoder.target.model)
         lm.extend(_filler(context, lm.vocab_size))
-        runs = []
         for tokens in VERIFY_TOKENS:
             step = _filler(tokens, lm.vocab_size)
 
-            def run(step=step, tokens=tokens):
+            def run(lm=lm, step=step, tokens=tokens, context=context):
                 logits = lm.extend(step, num_logits=tokens)
                 verify_greedy(step[1:], logits)
                 lm.rollback(context)
 
-            runs.append((tokens, run))
-        timed = _interleaved_medians(runs, repeats)
-        samples += [{"tokens": tokens, "context_len": context, "batch": 1, "seconds": timed[tokens]} for tokens in VERIFY_TOKENS]
-    return samples
+            runs.append((("verify", context, tokens), run))
+    return runs
 
 
-def time_batched_verify(decoder: SpeculativeDecoder, batch_sizes: Sequence[int], repeats: int) -> list[dict]:
-    """The batched engine's step but drafting, on ``SlotCache`` rows of ``context_len`` tokens each:
-    padded, every row ``tokens`` wide, and packed (``policies.batch_layout``), ``packed`` rows
-    ``tokens`` wide beside one-token rows. Every shape, batch size and context interleaved
-    (``_interleaved_medians``): a cache of its own per batch size and context."""
+def _batched_runs(decoder: SpeculativeDecoder, batch_sizes: Sequence[int]) -> list[Run]:
+    """The batched engine's step but drafting, on ``SlotCache`` rows of ``context_len`` tokens each (a
+    cache per batch size and context): padded, every row ``tokens`` wide, and packed
+    (``policies.batch_layout``), ``packed`` rows ``tokens`` wide beside one-token rows."""
     from adaptive_spec.batching import SlotCache
 
     vocab = decoder.target.vocab_size
@@ -151,12 +178,9 @@ def time_batched_verify(decoder: SpeculativeDecoder, batch_sizes: Sequence[int],
             shapes += [("packed", t, d) for t, d in packed_steps if 0 < d < batch] if slots.packs_masks else []
             for layout, tokens, drafting in shapes:
                 step = [_filler(tokens + row, vocab)[:tokens if row < drafting else 1] for row in range(batch)]
-                runs.append(((batch, context, layout, tokens, drafting),
+                runs.append((("batched", batch, context, layout, tokens, drafting),
                              functools.partial(_batched_step, slots, layout, step, context)))
-    timed = _interleaved_medians(runs, repeats)
-    return [{"tokens": tokens, "context_len": context, "batch": batch,
-             **({"packed": drafting} if layout == "packed" else {}), "seconds": timed[batch, context, layout, tokens, drafting]}
-            for batch, context, layout, tokens, drafting in (key for key, _ in runs)]
+    return runs
 
 
 def _batched_step(slots, layout: str, step: list[list[int]], context: int, riders=()) -> None:
@@ -170,11 +194,10 @@ def _batched_step(slots, layout: str, step: list[list[int]], context: int, rider
     slots.compact()
 
 
-def time_rides(decoder: SpeculativeDecoder, batch_sizes: Sequence[int], repeats: int) -> list[dict]:
-    """What a prompt chunk riding in the batched engine's step adds to it (``SlotCache`` riders):
-    the step of ``batch`` one-token rows with a chunk of ``prompt_tokens`` (``seconds``) and, in the
-    same interleaved passes (``_interleaved_medians``), without (``alone_s``); nothing where the
-    forward cannot carry riders."""
+def _ride_runs(decoder: SpeculativeDecoder, batch_sizes: Sequence[int]) -> list[Run]:
+    """What a prompt chunk riding in the batched engine's step adds to it (``SlotCache`` riders): the
+    step of ``batch`` one-token rows with a chunk of ``prompt_tokens`` and without (``tokens`` 0),
+    a cache per batch size; nothing where the forward cannot carry riders."""
     from adaptive_spec.batching import SlotCache
     from adaptive_spec.batching.slots import Prefill
 
@@ -186,16 +209,14 @@ def time_rides(decoder: SpeculativeDecoder, batch_sizes: Sequence[int], repeats:
         slots = SlotCache(decoder.target.model)
         for row in range(batch):
             slots.add(_filler(RIDE_CONTEXT + row, vocab)[:RIDE_CONTEXT])
-        step = [[t] for t in _filler(batch, vocab)]
-        layout = slots.layout
-        runs.append(((batch, 0), functools.partial(_batched_step, slots, layout, step, RIDE_CONTEXT)))
+        step, layout = [[t] for t in _filler(batch, vocab)], slots.layout
+        runs.append((("ride", batch, 0), functools.partial(_batched_step, slots, layout, step, RIDE_CONTEXT)))
         for tokens in RIDE_TOKENS:
             prompt = _filler(tokens, vocab)
-            runs.append(((batch, tokens), lambda slots=slots, step=step, prompt=prompt, tokens=tokens, layout=layout:
+            runs.append((("ride", batch, tokens),
+                         lambda slots=slots, step=step, layout=layout, prompt=prompt, tokens=tokens:
                          _batched_step(slots, layout, step, RIDE_CONTEXT, [(Prefill(prompt), tokens)])))
-    timed = _interleaved_medians(runs, repeats)
-    return [{"prompt_tokens": tokens, "batch": batch, "seconds": timed[batch, tokens], "alone_s": timed[batch, 0]}
-            for batch in batch_sizes for tokens in RIDE_TOKENS]
+    return runs
 
 
 def time_drafters(decoder: SpeculativeDecoder, context_ids: list[int], repeats: int) -> dict:
@@ -334,16 +355,10 @@ def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int =
               progress: Callable[[str], None] | None = None, per_prompt: bool = False,
               batch_sizes: Sequence[int] = ()) -> dict:
     say = progress or (lambda _: None)
-    say("prefill")
-    prefill = time_prefill(decoder, repeats)
-    say("verify")
-    verify = time_verify(decoder, repeats)
-    ride = []
-    if batch_sizes:
-        say(f"batched verify ({', '.join(map(str, batch_sizes))} rows)")
-        verify += time_batched_verify(decoder, batch_sizes, repeats)
-        say("prompts riding in batched steps")
-        ride = time_rides(decoder, batch_sizes, repeats)
+    say("prefill and verify steps" + (f", batched ({', '.join(map(str, batch_sizes))} rows) and riding prompts"
+                                      if batch_sizes else "") + f": {repeats} interleaved passes")
+    timed = time_steps(decoder, repeats, batch_sizes)
+    prefill, verify, ride = timed["prefill"], timed["verify"], timed["ride"]
     say("drafters")
     context = decoder.encode_prompt(prompts[0].prompt)
     draft = time_drafters(decoder, context, repeats)

@@ -146,3 +146,19 @@ def test_interleaved_passes_visit_every_shape_once_each_in_a_fresh_order():
     assert warm == list("abcdef") and len(calls) == 30
     assert all(sorted(p) == list("abcdef") for p in passes)
     assert len({tuple(p) for p in passes}) > 1  # not one fixed order: a periodic swing would favour its shapes
+
+
+def test_every_kind_of_step_is_timed_in_the_same_passes(monkeypatch):
+    """A spell that fell on one kind's phase (all the prefills, say) set that kind's level against the
+    others; timed in the same passes, no kind has a phase of its own."""
+    import adaptive_spec.calibrate as calibration
+
+    calls = []
+    real = calibration._interleaved_medians
+    monkeypatch.setattr(calibration, "_interleaved_medians", lambda runs, repeats: calls.append(runs) or real(runs, repeats))
+    with one_thread():
+        decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0, vocab=256)), [NgramDrafter()])
+        profile = calibration.calibrate(decoder, PROMPTS[:1], repeats=1, max_new_tokens=4, batch_sizes=[2])
+    assert len(calls) == 1
+    assert {key[0] for key, _ in calls[0]} == {"prefill", "verify", "batched", "ride"}
+    assert len(calls[0]) == len(profile["prefill"]) + len(profile["verify"]) + len(profile["ride"]) + 1  # + the ride's step alone
