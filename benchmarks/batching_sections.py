@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.results_kit import load, machine_line, provenance, table
-from benchmarks.serve_batching import arrivals_seen, compare_best_fixed
+from benchmarks.serve_batching import arrivals_seen, compare_best_fixed, pooled_by_rows
 from policies.batch_cap import BatchDraftCap
 
 
@@ -144,6 +144,8 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                           _spread(c["throughput"]), c["throughput"]["verdict"], _spread(c["e2el_p95"]),
                           c["e2el_p95"]["verdict"]] for c in _with_best_fixed(data)])]
         parts += [_arrivals(data)]
+    if any("drafting_by_rows" in r for r in data["runs"]):
+        parts += [_by_rows(data)]
     parts += [plot, provenance(results_dir, [name], dates, command, machine_line(data))]
     return "\n\n".join(parts)
 
@@ -174,6 +176,32 @@ def _arrivals(data: dict) -> str:
             "rows wait (riding in their step's forward, it adds what its tokens cost). The slowest requests are those that drafts barely speed up, such "
             "as open-ended ones, so under a config that speeds up the others they wait for more prefills than "
             "under plain decoding.\n\n" + table(header, rows))
+
+
+def _by_rows(data: dict) -> str:
+    """Speculation kept by how full the batch was (``drafting_by_rows``), beside what the profile's
+    costs say a draft must win there (``draft_break_even``)."""
+    drafting = [c for c in data["configs"] if c != "plain"]
+    pooled = {c: pooled_by_rows(data["runs"], c) for c in drafting}
+    seen = sorted({n for counts in pooled.values() for n in counts})
+    be = data.get("draft_break_even")
+
+    def share(config: str, n: int) -> str:
+        drafted, total = pooled[config].get(n, (0, 0))
+        return f"{drafted / total:.0%} ({total})" if total else "-"
+
+    rows = [[str(n), *(share(c, n) for c in drafting), *([f"{be['tokens'][str(n)]:.2f}"] if be else [])] for n in seen]
+    text = ("Speculation by how full the batch was: the server's record of every decode step, the rows grouped by "
+            "the forward that scored them; per number of rows in the forward, the share of those rows' steps that "
+            "verified a draft (the row-steps in brackets), over every run of the config, all concurrencies and "
+            "rounds together.")
+    if be:
+        text += (f" *Must win*: from the profile's cost fit, at the runs' mean context ({be['context']:.0f} tokens), "
+                 f"the tokens beyond its next one that one row's {be['k']}-token draft must get accepted for the "
+                 "step to bring more tokens per second than a plain step of the same rows (the other rows' tokens "
+                 "are the same either way).")
+    return "\n\n".join([text, table(["rows in the forward", *(f"`{c}` drafting" for c in drafting),
+                                       *(["must win (tokens)"] if be else [])], rows)])
 
 
 def _before_live_streams(data: dict) -> bool:

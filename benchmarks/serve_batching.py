@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from importlib.metadata import version
+from collections.abc import Sequence
 from pathlib import Path
 
 from adaptive_spec.outputs import check_writable, write_json_atomic
@@ -44,9 +45,11 @@ from adaptive_spec.server.cli import parse_plain_slowdown
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
                                     start_server)
 from benchmarks.sim_validation import simulate_trace
+from adaptive_spec.telemetry.store import read_steps
 from policies.batch_cap import BatchDraftCap
-from simulator.cost_model import fit_cost_model
+from simulator.cost_model import fit_cost_model, forward_verify_s
 from simulator.profile import load_profile
+from simulator.speed import forwards
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMELINE_WINDOW_S = 5.0  # a run lasts tens of seconds; a window still holds tens of forwards
@@ -139,6 +142,39 @@ def arrivals_seen(run: dict, share: float = 0.25) -> float | None:
                                < r["sent_s"] + r["e2el_ms"] / 1e3) for r in slowest)
 
 
+def drafting_by_rows(steps: Sequence[dict]) -> dict[str, list[int]]:
+    """Per number of rows a forward carried (as text, a JSON key): how many of those rows' steps
+    verified a draft, and how many there were, from the server's step records grouped by forward
+    (``simulator.speed.forwards``). How full the batch was, step by step, which the concurrency
+    alone does not say: a run at 8 requests ends with the batch draining."""
+    counts: dict[int, list[int]] = {}
+    for rows in forwards(steps):
+        drafted, total = counts.get(len(rows), [0, 0])
+        counts[len(rows)] = [drafted + sum(1 for row in rows if row["proposed"] > 0), total + len(rows)]
+    return {str(n): counts[n] for n in sorted(counts)}
+
+
+def draft_break_even(cost, rows: int, context: float, k: int = 8) -> float:
+    """The tokens beyond its next one that one row's ``k``-token draft must get accepted for a step of
+    ``rows`` rows at ``context`` tokens to bring more tokens per second than a plain step of the same
+    rows, as ``cost`` prices both (``forward_verify_s``, laid out as the engine lays them): the
+    other rows' tokens are the same either way, so the draft pays when
+    ``(rows + won) / drafting_s > rows / plain_s``."""
+    plain = forward_verify_s(cost, [1] * rows, [context] * rows)
+    drafting = forward_verify_s(cost, [k + 1] + [1] * (rows - 1), [context] * rows)
+    return rows * (drafting / plain - 1)
+
+
+def break_even_by_rows(runs: list[dict], profile: str, max_batch: int, k: int = 8) -> dict:
+    """``draft_break_even`` at every batch size up to ``max_batch``, at the runs' mean context (each
+    completed request's prompt and half its answer, as ``predict`` prices)."""
+    done = [r for run in runs for r in run["trace"] if r["ok"]]
+    context = sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in done) / len(done)
+    cost = fit_cost_model(load_profile(profile))
+    return {"k": k, "context": context,
+            "tokens": {str(n): draft_break_even(cost, n, context, k) for n in range(1, max_batch + 1)}}
+
+
 def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tokens: int | None = None,
             plain_slowdown: float | None = BatchDraftCap.plain_slowdown) -> dict:
     """The batching replica's p50/p95 end-to-end latency for the run's completed requests (each
@@ -199,6 +235,8 @@ def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], 
                 runs.append(summarize(report, config, concurrency, round_))
                 if cost is not None:
                     runs[-1]["speed_timeline"] = run_timeline(store, report["origin_unix"], cost, end, TIMELINE_WINDOW_S)
+                    # read once run_timeline has waited for the store's writer
+                    runs[-1]["drafting_by_rows"] = drafting_by_rows(read_steps(store, since=report["origin_unix"], until=end))
                 if speed is not None:  # probes open and close the run: its speed is their mean
                     after = probe_speed(url, args.prompts)
                     if speed[1] + after[1] > 0:
@@ -338,6 +376,9 @@ def main(argv: list[str] | None = None) -> None:
         t, p = c["throughput"], c["e2el_p95"]
         print(f"adaptive / {c['config']} c={c['concurrency']}: tok/s x{t['median']:.2f} [{t['low']:.2f}, {t['high']:.2f}] "
               f"{t['verdict']}; p95 x{p['median']:.2f} [{p['low']:.2f}, {p['high']:.2f}] {p['verdict']}")
+    # what the measured costs say a draft must win, by how full the batch is
+    break_even = (break_even_by_rows(runs, str(args.profile), args.max_batch)
+                  if args.profile is not None and any(r["completed"] for r in runs) else None)
     write_json_atomic(args.out, {
         "benchmark": "serve_batching", "prompts": str(args.prompts), **({"split": args.split} if args.split else {}),
         "max_batch": args.max_batch,
@@ -348,20 +389,23 @@ def main(argv: list[str] | None = None) -> None:
         "plain_slowdown": slowdown,
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},
-        "rounds": args.rounds, "runs": runs, "comparisons": comparisons}, "out")
+        "rounds": args.rounds, "runs": runs, "comparisons": comparisons,
+        **({"draft_break_even": break_even} if break_even else {})}, "out")
     print(f"wrote {args.out}")
     if args.plot is not None:
-        plot(runs, configs, levels, args.plot)
+        plot(runs, configs, levels, args.plot, break_even)
         print(f"wrote {args.plot}")
 
 
-def plot(runs: list[dict], configs: list[str], levels: list[int], path: Path) -> None:
+def plot(runs: list[dict], configs: list[str], levels: list[int], path: Path, break_even: dict | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (speed, p95, share) = plt.subplots(1, 3, figsize=(13, 4))
+    by_rows = any("drafting_by_rows" in r for r in runs)
+    fig, axes = plt.subplots(1, 4 if by_rows else 3, figsize=(17 if by_rows else 13, 4))
+    speed, p95, share = axes[:3]
 
     def draw(axis, config: str, value) -> None:  # median over rounds, bars from the lowest to the highest
         values = [[value(r) for r in runs if r["config"] == config and r["concurrency"] == c] for c in levels]
@@ -378,11 +422,42 @@ def plot(runs: list[dict], configs: list[str], levels: list[int], path: Path) ->
     share.set(xlabel="concurrent requests", ylabel="decode steps that verified a draft (%)",
               title="Speculation kept", xticks=levels, ylim=(0, 100))
     speed.legend()
+    if by_rows:
+        _plot_by_rows(axes[3], runs, configs, break_even)
     rounds = len({r.get("round", 0) for r in runs})
     if rounds > 1:
         fig.suptitle(f"median of {rounds} rounds; bars from the lowest round to the highest")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+
+def pooled_by_rows(runs: list[dict], config: str) -> dict[int, list[int]]:
+    """``drafting_by_rows`` of every run of ``config`` added up: [drafted, row-steps] per rows."""
+    pooled: dict[int, list[int]] = {}
+    for run in runs:
+        if run["config"] == config:
+            for n, (drafted, total) in run.get("drafting_by_rows", {}).items():
+                before = pooled.get(int(n), [0, 0])
+                pooled[int(n)] = [before[0] + drafted, before[1] + total]
+    return dict(sorted(pooled.items()))
+
+
+def _plot_by_rows(axis, runs: list[dict], configs: list[str], break_even: dict | None) -> None:
+    """Speculation kept by how full the batch was, beside what a draft must win there."""
+    for config in configs:
+        pooled = pooled_by_rows(runs, config)
+        if config != "plain" and pooled:
+            axis.plot(list(pooled), [100 * d / t for d, t in pooled.values()], marker="o", label=config)
+    axis.set(xlabel="rows in the forward", ylabel="rows' steps that verified a draft (%)",
+             title="Speculation by batch occupancy", ylim=(0, 100))
+    axis.legend(loc="upper left")
+    if break_even:
+        tokens = {int(n): v for n, v in break_even["tokens"].items()}
+        twin = axis.twinx()
+        twin.plot(list(tokens), list(tokens.values()), color="gray", linestyle="--")
+        twin.set_ylabel(f"tokens a row's {break_even['k']}-token draft must win (dashed)")
+        twin.set_ylim(bottom=0)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@ requests arriving when the client sent them, failed ones left out."""
 
 import pytest
 
-from benchmarks.serve_batching import main, predict
+from benchmarks.serve_batching import draft_break_even, drafting_by_rows, main, pooled_by_rows, predict
 from benchmarks.sim_validation import simulate_trace
+from simulator.cost_model import forward_verify_s
 from simulator_testkit import cpu_like_profile
 
 
@@ -163,3 +164,28 @@ def test_a_bad_plain_slowdown_is_refused_by_name_before_serving(args, message, t
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path / "out.json"), *args])
     assert message in capsys.readouterr().err
+
+
+def test_drafting_is_counted_by_how_many_rows_each_forward_carried():
+    # a forward of three rows (two drafted), then one row alone that decoded plainly, then two rows
+    step = lambda t, request, proposed, verify_s: {"time": t, "request_id": request, "proposed": proposed,  # noqa: E731
+                                                   "draft_s": 0.0, "verify_s": verify_s}
+    steps = [step(0.0, 1, 4, 0.1), step(0.0, 2, 0, 0.1), step(0.0, 3, 2, 0.1),
+             step(0.2, 1, 0, 0.06), step(0.4, 1, 3, 0.09), step(0.4, 2, 0, 0.09)]
+    assert drafting_by_rows(steps) == {"1": [0, 1], "2": [1, 2], "3": [2, 3]}
+    runs = [{"config": "adaptive", "drafting_by_rows": {"1": [0, 1], "3": [2, 3]}},
+            {"config": "adaptive", "drafting_by_rows": {"3": [1, 3]}},
+            {"config": "plain", "drafting_by_rows": {"3": [0, 3]}}]
+    assert pooled_by_rows(runs, "adaptive") == {1: [0, 1], 3: [3, 6]}
+
+
+def test_what_a_draft_must_win_follows_the_profile_and_grows_as_the_batch_fills(tmp_path):
+    from simulator.cost_model import fit_cost_model
+    from simulator.profile import load_profile
+
+    cost = fit_cost_model(load_profile(_profile(tmp_path)))
+    tokens = [draft_break_even(cost, rows, 100) for rows in (2, 4, 8)]
+    assert 0 < tokens[0] < tokens[1] < tokens[2]
+    # by its definition: (rows + won) tokens in the drafting step's seconds, as many a second as a plain step
+    plain, drafting = (forward_verify_s(cost, widths, [100] * 4) for widths in ([1] * 4, [9, 1, 1, 1]))
+    assert (4 + tokens[1]) / drafting == pytest.approx(4 / plain)
