@@ -179,29 +179,33 @@ def _arrivals(data: dict) -> str:
 
 
 def _by_rows(data: dict) -> str:
-    """Speculation kept by how full the batch was (``drafting_by_rows``), beside what the profile's
-    costs say a draft must win there (``draft_break_even``)."""
+    """Speculation kept by how full the batch was (``drafting_by_rows``), what the kept drafts won,
+    and what the profile's costs say a draft must win there (``draft_break_even``)."""
     drafting = [c for c in data["configs"] if c != "plain"]
     pooled = {c: pooled_by_rows(data["runs"], c) for c in drafting}
     seen = sorted({n for counts in pooled.values() for n in counts})
+    won = all(v[2] is not None for counts in pooled.values() for v in counts.values())
     be = data.get("draft_break_even")
 
-    def share(config: str, n: int) -> str:
-        drafted, total = pooled[config].get(n, (0, 0))
-        return f"{drafted / total:.0%} ({total})" if total else "-"
+    def cells(config: str, n: int) -> list[str]:
+        drafted, total, accepted = pooled[config].get(n, (0, 0, None))
+        share = f"{drafted / total:.0%} ({total})" if total else "-"
+        return [share, *([f"{accepted / drafted:.2f}" if drafted else "-"] if won else [])]
 
-    rows = [[str(n), *(share(c, n) for c in drafting), *([f"{be['tokens'][str(n)]:.2f}"] if be else [])] for n in seen]
+    rows = [[str(n), *(cell for c in drafting for cell in cells(c, n)), *([f"{be['tokens'][str(n)]:.2f}"] if be else [])]
+            for n in seen]
     text = ("Speculation by how full the batch was: the server's record of every decode step, the rows grouped by "
             "the forward that scored them; per number of rows in the forward, the share of those rows' steps that "
             "verified a draft (the row-steps in brackets), over every run of the config, all concurrencies and "
-            "rounds together.")
+            "rounds together" + ("; *won*: the draft tokens accepted per step that verified one." if won else "."))
     if be:
         text += (f" *Must win*: from the profile's cost fit, at the runs' mean context ({be['context']:.0f} tokens), "
                  f"the tokens beyond its next one that one row's {be['k']}-token draft must get accepted for the "
                  "step to bring more tokens per second than a plain step of the same rows (the other rows' tokens "
-                 "are the same either way).")
-    return "\n\n".join([text, table(["rows in the forward", *(f"`{c}` drafting" for c in drafting),
-                                       *(["must win (tokens)"] if be else [])], rows)])
+                 "are the same either way). A row alone is never cut: its own controller weighs its drafts.")
+    header = ["rows in the forward", *(h for c in drafting for h in [f"`{c}` drafting", *([f"`{c}` won"] if won else [])]),
+              *(["must win (tokens)"] if be else [])]
+    return "\n\n".join([text, table(header, rows)])
 
 
 def _before_live_streams(data: dict) -> bool:

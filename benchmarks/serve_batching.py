@@ -144,13 +144,15 @@ def arrivals_seen(run: dict, share: float = 0.25) -> float | None:
 
 def drafting_by_rows(steps: Sequence[dict]) -> dict[str, list[int]]:
     """Per number of rows a forward carried (as text, a JSON key): how many of those rows' steps
-    verified a draft, and how many there were, from the server's step records grouped by forward
-    (``simulator.speed.forwards``). How full the batch was, step by step, which the concurrency
-    alone does not say: a run at 8 requests ends with the batch draining."""
+    verified a draft, how many there were, and the draft tokens the drafting ones got accepted,
+    from the server's step records grouped by forward (``simulator.speed.forwards``). How full the
+    batch was, step by step, which the concurrency alone does not say: a run at 8 requests ends
+    with the batch draining."""
     counts: dict[int, list[int]] = {}
     for rows in forwards(steps):
-        drafted, total = counts.get(len(rows), [0, 0])
-        counts[len(rows)] = [drafted + sum(1 for row in rows if row["proposed"] > 0), total + len(rows)]
+        drafted, total, accepted = counts.get(len(rows), [0, 0, 0])
+        counts[len(rows)] = [drafted + sum(1 for row in rows if row["proposed"] > 0), total + len(rows),
+                             accepted + sum(row["accepted"] for row in rows if row["proposed"] > 0)]
     return {str(n): counts[n] for n in sorted(counts)}
 
 
@@ -433,13 +435,15 @@ def plot(runs: list[dict], configs: list[str], levels: list[int], path: Path, br
 
 
 def pooled_by_rows(runs: list[dict], config: str) -> dict[int, list[int]]:
-    """``drafting_by_rows`` of every run of ``config`` added up: [drafted, row-steps] per rows."""
-    pooled: dict[int, list[int]] = {}
+    """``drafting_by_rows`` of every run of ``config`` added up, per rows: [drafted, row-steps,
+    accepted draft tokens] (the last None where a run did not record it)."""
+    pooled: dict[int, list] = {}
     for run in runs:
         if run["config"] == config:
-            for n, (drafted, total) in run.get("drafting_by_rows", {}).items():
-                before = pooled.get(int(n), [0, 0])
-                pooled[int(n)] = [before[0] + drafted, before[1] + total]
+            for n, (drafted, total, *accepted) in run.get("drafting_by_rows", {}).items():
+                before = pooled.get(int(n), [0, 0, 0])
+                won = None if before[2] is None or not accepted else before[2] + accepted[0]
+                pooled[int(n)] = [before[0] + drafted, before[1] + total, won]
     return dict(sorted(pooled.items()))
 
 
@@ -448,7 +452,7 @@ def _plot_by_rows(axis, runs: list[dict], configs: list[str], break_even: dict |
     for config in configs:
         pooled = pooled_by_rows(runs, config)
         if config != "plain" and pooled:
-            axis.plot(list(pooled), [100 * d / t for d, t in pooled.values()], marker="o", label=config)
+            axis.plot(list(pooled), [100 * d / t for d, t, _ in pooled.values()], marker="o", label=config)
     axis.set(xlabel="rows in the forward", ylabel="rows' steps that verified a draft (%)",
              title="Speculation by batch occupancy", ylim=(0, 100))
     axis.legend(loc="upper left")

@@ -168,15 +168,19 @@ def test_a_bad_plain_slowdown_is_refused_by_name_before_serving(args, message, t
 
 def test_drafting_is_counted_by_how_many_rows_each_forward_carried():
     # a forward of three rows (two drafted), then one row alone that decoded plainly, then two rows
-    step = lambda t, request, proposed, verify_s: {"time": t, "request_id": request, "proposed": proposed,  # noqa: E731
-                                                   "draft_s": 0.0, "verify_s": verify_s}
-    steps = [step(0.0, 1, 4, 0.1), step(0.0, 2, 0, 0.1), step(0.0, 3, 2, 0.1),
-             step(0.2, 1, 0, 0.06), step(0.4, 1, 3, 0.09), step(0.4, 2, 0, 0.09)]
-    assert drafting_by_rows(steps) == {"1": [0, 1], "2": [1, 2], "3": [2, 3]}
-    runs = [{"config": "adaptive", "drafting_by_rows": {"1": [0, 1], "3": [2, 3]}},
-            {"config": "adaptive", "drafting_by_rows": {"3": [1, 3]}},
-            {"config": "plain", "drafting_by_rows": {"3": [0, 3]}}]
-    assert pooled_by_rows(runs, "adaptive") == {1: [0, 1], 3: [3, 6]}
+    def step(t, request, proposed, accepted, verify_s):
+        return {"time": t, "request_id": request, "proposed": proposed, "accepted": accepted, "draft_s": 0.0,
+                "verify_s": verify_s}
+
+    steps = [step(0.0, 1, 4, 3, 0.1), step(0.0, 2, 0, 0, 0.1), step(0.0, 3, 2, 0, 0.1),
+             step(0.2, 1, 0, 0, 0.06), step(0.4, 1, 3, 1, 0.09), step(0.4, 2, 0, 0, 0.09)]
+    assert drafting_by_rows(steps) == {"1": [0, 1, 0], "2": [1, 2, 1], "3": [2, 3, 3]}
+    runs = [{"config": "adaptive", "drafting_by_rows": {"1": [0, 1, 0], "3": [2, 3, 3]}},
+            {"config": "adaptive", "drafting_by_rows": {"3": [1, 3, 2]}},
+            {"config": "plain", "drafting_by_rows": {"3": [0, 3, 0]}}]
+    assert pooled_by_rows(runs, "adaptive") == {1: [0, 1, 0], 3: [3, 6, 5]}
+    # a result recorded before the accepted tokens were: shares only
+    assert pooled_by_rows([{"config": "adaptive", "drafting_by_rows": {"3": [1, 3]}}], "adaptive") == {3: [1, 3, None]}
 
 
 def test_what_a_draft_must_win_follows_the_profile_and_grows_as_the_batch_fills(tmp_path):
