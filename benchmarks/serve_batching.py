@@ -34,18 +34,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib.metadata import version
 from collections.abc import Sequence
+from importlib.metadata import version
 from pathlib import Path
 
 from adaptive_spec.outputs import check_writable, write_json_atomic
 from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.server.cli import parse_plain_slowdown
+from adaptive_spec.telemetry.store import read_steps
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
                                     start_server)
 from benchmarks.sim_validation import simulate_trace
-from adaptive_spec.telemetry.store import read_steps
 from policies.batch_cap import BatchDraftCap
 from simulator.cost_model import fit_cost_model, forward_verify_s
 from simulator.profile import load_profile
@@ -433,8 +433,7 @@ def plot(runs: list[dict], configs: list[str], levels: list[int], path: Path, br
     fig.savefig(path, dpi=120)
 
 
-
-def pooled_by_rows(runs: list[dict], config: str) -> dict[int, list[int]]:
+def pooled_by_rows(runs: list[dict], config: str) -> dict[int, list]:
     """``drafting_by_rows`` of every run of ``config`` added up, per rows: [drafted, row-steps,
     accepted draft tokens] (the last None where a run did not record it)."""
     pooled: dict[int, list] = {}
