@@ -75,7 +75,9 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
     drawn = (f"its `{data['split']}` split, prompts no tuning looked at, of every kind" if data.get("split")
              else "copy-heavy and open-ended")
     what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve --max-batch {data['max_batch']} --drafters ngram"
-            + (f" --plain-slowdown {bound}`: " if "plain_slowdown" in data else "`: ")
+            + (f" --plain-slowdown {bound}" if "plain_slowdown" in data else "")
+            + (f" --profile {Path(data['profile']).name}`" if data.get("cap_warmed") else "`")
+            + (" (its batch cap's costs warm-started from the profile below): " if data.get("cap_warmed") else ": ")
             + f"{data['requests']} requests per run from [`{prompts.name}`]({link}) "
             f"({drawn}, the same seeded choice every run) on `/v1/chat/completions`, sent as fast "
             f"as the concurrency allows, {data['max_tokens']} new tokens, greedy. A config is a per-request "

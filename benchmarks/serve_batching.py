@@ -9,7 +9,8 @@ it; concurrencies run in the order given, configs rotating within each and from 
 (``--rounds``). Each run starts its controllers fresh (a traffic key of its own), as the simulator's
 replay does. Reported per run: output
 tokens/s, end-to-end latency p50/p95, and the share of decode steps that verified a draft (from
-the responses' own statistics). With ``--profile``, the simulator's batching replica predicts each
+the responses' own statistics). With ``--profile``, the server's batch cap starts from its costs
+(``serve --profile``), as the replica's does, and the simulator's batching replica predicts each
 run three ways: as calibrated, at the speed plain probes measured around the run (``*_at_speed``),
 and at the speed the run's own batched steps ran window by window (``*_timeline``: the server
 records every step in a telemetry store, ``simulator.speed.timeline_from_steps``).
@@ -219,7 +220,10 @@ def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], 
     port = free_port()
     store = tmp / "steps.sqlite"  # every decode step: each run's speed window by window
     server = start_server(port, ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk),
-                                 "--drafters", "ngram", "--plain-slowdown", args.plain_slowdown], telemetry=f"sqlite:{store}?steps=1" if args.profile else "off")
+                                 "--drafters", "ngram", "--plain-slowdown", args.plain_slowdown,
+                                 # the batch's cap starts from the calibrated costs, as the simulator's replica does
+                                 *(["--profile", str(args.profile)] if args.profile is not None else [])],
+                          telemetry=f"sqlite:{store}?steps=1" if args.profile else "off")
     cost = fit_cost_model(load_profile(args.profile)) if args.profile is not None else None
     runs = []
     try:
@@ -388,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
         "configs": configs, "endpoint": "chat", "profile": str(args.profile) if args.profile else None,
         "profile_streams": bool(args.profile and load_profile(args.profile).streams),
         "prefill_chunk": args.prefill_chunk,
-        "plain_slowdown": slowdown,
+        "plain_slowdown": slowdown, "cap_warmed": args.profile is not None,
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},
         "rounds": args.rounds, "runs": runs, "comparisons": comparisons,
