@@ -215,15 +215,19 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     return out
 
 
+def server_options(args: argparse.Namespace) -> list[str]:
+    """``adaptive-spec serve``'s options for the benchmark's one server."""
+    return ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk), "--drafters", "ngram",
+            "--plain-slowdown", args.plain_slowdown,
+            # the batch's cap starts from the calibrated costs, as the simulator's replica does
+            *(["--profile", str(args.profile)] if args.profile is not None else [])]
+
+
 def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], tmp: Path) -> list[dict]:
     """Every run of the benchmark against one server (steps recorded in ``tmp`` when predicting)."""
     port = free_port()
     store = tmp / "steps.sqlite"  # every decode step: each run's speed window by window
-    server = start_server(port, ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk),
-                                 "--drafters", "ngram", "--plain-slowdown", args.plain_slowdown,
-                                 # the batch's cap starts from the calibrated costs, as the simulator's replica does
-                                 *(["--profile", str(args.profile)] if args.profile is not None else [])],
-                          telemetry=f"sqlite:{store}?steps=1" if args.profile else "off")
+    server = start_server(port, server_options(args), telemetry=f"sqlite:{store}?steps=1" if args.profile else "off")
     cost = fit_cost_model(load_profile(args.profile)) if args.profile is not None else None
     runs = []
     try:

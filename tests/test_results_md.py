@@ -152,6 +152,7 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
         second.append({**run, "round": 1, "output_tokens_per_s": run["output_tokens_per_s"] * faster})
     data["runs"] += second
     data["rounds"] = 2
+    data["cap_warmed"] = True
     from benchmarks.serve_batching import compare_rounds
 
     data["comparisons"] = [compare_rounds(data["runs"], c, level) for level in data["concurrency"]
@@ -162,6 +163,7 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
         "## Batched serving by concurrency")[1].split("\n## ")[0]
     assert "| round | concurrency |" in section and "timeline p50" in section and "| +3% | -7% |" in section
     assert "--rounds 2" in section
+    assert f"--plain-slowdown 0.05 --profile {Path(data['profile']).name}`" in section  # the server's cap warm-started
     rows = [line for line in section.splitlines() if line.startswith("| ") and "×" in line]
     best = [row for row in rows if "the round's best fixed" in row]
     rows = [row for row in rows if row not in best]

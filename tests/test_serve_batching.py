@@ -3,7 +3,8 @@ requests arriving when the client sent them, failed ones left out."""
 
 import pytest
 
-from benchmarks.serve_batching import draft_break_even, drafting_by_rows, main, pooled_by_rows, predict
+from benchmarks.serve_batching import (draft_break_even, drafting_by_rows, main, pooled_by_rows, predict,
+                                       server_options)
 from benchmarks.sim_validation import simulate_trace
 from simulator.cost_model import forward_verify_s
 from simulator_testkit import cpu_like_profile
@@ -193,3 +194,23 @@ def test_what_a_draft_must_win_follows_the_profile_and_grows_as_the_batch_fills(
     # by its definition: (rows + won) tokens in the drafting step's seconds, as many a second as a plain step
     plain, drafting = (forward_verify_s(cost, widths, [100] * 4) for widths in ([1] * 4, [9, 1, 1, 1]))
     assert (4 + tokens[1]) / drafting == pytest.approx(4 / plain)
+
+
+def test_the_server_starts_its_batch_cap_from_the_profile_the_replica_prices_with(tmp_path):
+    import argparse
+
+    from adaptive_spec.server.cli import _step_costs
+
+    import json
+
+    profile = _profile(tmp_path)
+    raw = json.loads(open(profile).read())
+    raw["metadata"] = {**raw["metadata"], "illustrative": False, "model": "smollm2"}  # as calibrate writes one
+    open(profile, "w").write(json.dumps(raw))
+    args = argparse.Namespace(max_batch=4, prefill_chunk=256, plain_slowdown="0.05", profile=profile)
+    options = server_options(args)
+    assert options[options.index("--profile") + 1] == profile
+    assert options[options.index("--max-batch") + 1] == "4"
+    # the server takes that profile's batched steps to warm its cap (a profile without them is refused)
+    assert any(rows > 1 for rows, *_ in _step_costs(profile, 4, "smollm2"))
+    assert "--profile" not in server_options(argparse.Namespace(**{**vars(args), "profile": None}))
