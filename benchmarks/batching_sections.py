@@ -307,13 +307,23 @@ def serve_batching_goodput_section(results_dir: Path, dates: dict | None) -> str
             "no bound on what the others' drafts cost a request decoding plainly (the packed forward already "
             f"runs). {data['rounds']} rounds; per config and concurrency the median of the rounds, the lowest and "
             "highest in brackets; then `adaptive` against each fixed config as above.")
+    if data.get("cap_warmed"):
+        what += (f" The server's batch cap starts from [`{Path(data['profile']).name}`](../{data['profile']}) "
+                 "(`serve --profile`), calibrated by the same command right before the runs.")
+    errors = [r["simulator_error_timeline"][q] for r in data["runs"] if "simulator_error_timeline" in r
+              for q in ("p50", "p95")]
+    if errors:
+        what += (" The simulator's batching replica, replaying each run at the speed its own forwards ran (as above), "
+                 f"predicts p50 and p95 end-to-end latency within 10% in {sum(abs(e) <= 0.10 for e in errors)} of "
+                 f"{len(errors)} cases ({min(errors):+.1%} to {max(errors):+.1%}).")
     comparisons = table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
                         [[str(c["concurrency"]), f"`{c['config']}`", _spread(c["throughput"]), c["throughput"]["verdict"],
                           _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])
     command = (f".venv/bin/python -m benchmarks.serve_batching --concurrency {','.join(map(str, data['concurrency']))} "
                f"--requests {data['requests']} --max-tokens {data['max_tokens']} --rounds {data['rounds']} "
                f"--prefill-chunk {data['prefill_chunk']} --plain-slowdown off --out benchmarks/results/{name} "
-               "--plot benchmarks/results/serve_batching_goodput.png")
+               "--plot benchmarks/results/serve_batching_goodput.png"
+               + (f" --profile {data['profile']} --calibrate" if data.get("profile") else ""))
     return "\n\n".join(["## Batched serving without the bound on plain requests' slowdown", what,
                         table(["concurrency", "config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
                         "![throughput, latency and drafting by concurrency, goodput alone]"
