@@ -42,7 +42,7 @@ from pathlib import Path
 from adaptive_spec.outputs import check_writable, write_json_atomic
 from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
-from adaptive_spec.server.cli import parse_plain_slowdown
+from adaptive_spec.server.cli import _step_costs, parse_plain_slowdown
 from adaptive_spec.telemetry.store import read_steps
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
                                     start_server)
@@ -365,6 +365,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(exc))
     if args.profile is not None and not args.calibrate and not args.profile.exists():
         parser.error(f"profile={str(args.profile)!r}: no such file (--calibrate writes it)")
+    if args.profile is not None and not args.calibrate:
+        try:  # the server warms its cap from it: refused here, by name, rather than by a server that exits
+            _step_costs(args.profile, args.max_batch, "smollm2")
+        except InvalidParameterError as exc:
+            parser.error(str(exc))
     if args.calibrate:
         calibrate(args)
     with tempfile.TemporaryDirectory() as tmp:

@@ -196,17 +196,21 @@ def test_what_a_draft_must_win_follows_the_profile_and_grows_as_the_batch_fills(
     assert (4 + tokens[1]) / drafting == pytest.approx(4 / plain)
 
 
-def test_the_server_starts_its_batch_cap_from_the_profile_the_replica_prices_with(tmp_path):
+def test_the_server_starts_its_batch_cap_from_the_profile_the_replica_prices_with(tmp_path, capsys):
     import argparse
+    import json
+    from pathlib import Path
 
     from adaptive_spec.server.cli import _step_costs
 
-    import json
-
     profile = _profile(tmp_path)
-    raw = json.loads(open(profile).read())
+    # a profile the server would refuse (illustrative here) is refused by name before any server starts
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "out.json"), "--profile", profile])
+    assert f"profile={profile!r}" in capsys.readouterr().err
+    raw = json.loads(Path(profile).read_text())
     raw["metadata"] = {**raw["metadata"], "illustrative": False, "model": "smollm2"}  # as calibrate writes one
-    open(profile, "w").write(json.dumps(raw))
+    Path(profile).write_text(json.dumps(raw))
     args = argparse.Namespace(max_batch=4, prefill_chunk=256, plain_slowdown="0.05", profile=profile)
     options = server_options(args)
     assert options[options.index("--profile") + 1] == profile
