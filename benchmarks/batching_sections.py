@@ -120,6 +120,14 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                  ("; prefill, a one-sequence forward, there at the speed of the plain probes around the run instead "
                   "(the timeline's windows are batched forwards, whose price the profile's batched fit sets)."
                   if any("prefill_speed_timeline" in r for r in data["runs"]) else "."))
+        overheads = [r["serving_overhead"] for r in data["runs"] if "serving_overhead" in r and "simulator_error_timeline" in r]
+        if overheads:
+            steps, wrap = ([1e3 * o[k] for o in overheads] for k in ("step_s", "request_s"))
+            what += (" It also holds the replica for the time the server spent between forwards, as each run's steps "
+                     "recorded it (`simulator.speed.batched_overhead`): per batched step the median gap between "
+                     f"forwards ({min(steps):.1f} to {max(steps):.1f} ms over the runs), and per request what a "
+                     f"forward from which requests left took beyond it ({min(wrap):.1f} to {max(wrap):.1f} ms: the "
+                     "answer's wrap-up), charged as each request joins.")
     header = [*(["round"] if rounds > 1 else []), "concurrency", "config", "completed", "output tok/s", "E2EL p50 s",
               "E2EL p95 s", "drafting", *(["simulated p50", "simulated p95"] if predicted else []),
               *(["plain step", "at speed p50", "at speed p95"] if at_speed else []),
@@ -313,7 +321,9 @@ def serve_batching_goodput_section(results_dir: Path, dates: dict | None) -> str
     errors = [r["simulator_error_timeline"][q] for r in data["runs"] if "simulator_error_timeline" in r
               for q in ("p50", "p95")]
     if errors:
-        what += (" The simulator's batching replica, replaying each run at the speed its own forwards ran (as above), "
+        between = any("serving_overhead" in r for r in data["runs"])
+        what += (" The simulator's batching replica, replaying each run at the speed its own forwards ran"
+                 + (" and with the time its server spent between them" if between else "") + " (as above), "
                  f"predicts p50 and p95 end-to-end latency within 10% in {sum(abs(e) <= 0.10 for e in errors)} of "
                  f"{len(errors)} cases ({min(errors):+.1%} to {max(errors):+.1%}).")
     comparisons = table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],

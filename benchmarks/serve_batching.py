@@ -13,7 +13,8 @@ the responses' own statistics). With ``--profile``, the server's batch cap start
 (``serve --profile``), as the replica's does, and the simulator's batching replica predicts each
 run three ways: as calibrated, at the speed plain probes measured around the run (``*_at_speed``),
 and at the speed the run's own batched steps ran window by window (``*_timeline``: the server
-records every step in a telemetry store, ``simulator.speed.timeline_from_steps``).
+records every step in a telemetry store, ``simulator.speed.timeline_from_steps``), with the time
+the server spent between those steps (``simulator.speed.batched_overhead``).
 
     python -m benchmarks.serve_batching --concurrency 1,4,8 --requests 16 --rounds 3 \\
         --out benchmarks/results/serve_batching.json --plot benchmarks/results/serve_batching.png
@@ -50,7 +51,7 @@ from benchmarks.sim_validation import simulate_trace
 from policies.batch_cap import BatchDraftCap
 from simulator.cost_model import fit_cost_model, forward_verify_s
 from simulator.profile import load_profile
-from simulator.speed import forwards
+from simulator.speed import batched_overhead, forwards
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMELINE_WINDOW_S = 5.0  # a run lasts tens of seconds; a window still holds tens of forwards
@@ -188,7 +189,9 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     (``*_at_speed``: the machine's speed drifts between the calibration and the run); where it
     recorded its speed window by window (``speed_timeline``), also at that speed over time
     (``*_timeline``), prefill there at the plain probes' speed where they ran (the timeline is read
-    from batched decode forwards; a prefill is a one-sequence forward, as the probes are). ``max_tokens``: the budget the requests were sent with (an answer that ends
+    from batched decode forwards; a prefill is a one-sequence forward, as the probes are), and with
+    the time between forwards its steps recorded (``serving_overhead``: ``batched_overhead``) where
+    they did. ``max_tokens``: the budget the requests were sent with (an answer that ends
     sooner leaves the engine drafting past its end); ``plain_slowdown``: the server's bound (None: off)."""
     budget = {"max_tokens": max_tokens} if max_tokens else {}
     # loadgen ran at rate inf: every request is due at 0, and goes once the client has a free slot
@@ -204,12 +207,16 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
         profiles["_at_speed"], out["speed_factor"] = at_speed(profile, run["plain_step"]["mean_s"], context)
     variants = [(suffix, chosen, None) for suffix, chosen in profiles.items()]
     variants += [("_timeline", profile, run["speed_timeline"])] if run.get("speed_timeline") else []
+    # the time the server spent between its forwards, as the run's own steps recorded it (a run
+    # recorded before it was measured replays without it)
+    overhead = {k: run["serving_overhead"][k] for k in ("step_s", "request_s")} if run.get("serving_overhead") else None
     for suffix, chosen, timeline in variants:
         prefill = out.get("speed_factor") if timeline else None
         if prefill is not None:
             out["prefill_speed_timeline"] = prefill
         predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], replica,
-                                   speed=timeline, concurrency=run["concurrency"], prefill_speed=prefill)["e2e_s"]
+                                   speed=timeline, concurrency=run["concurrency"], prefill_speed=prefill,
+                                   overhead=overhead if timeline else None)["e2e_s"]
         out["simulated_e2e_s" + suffix] = predicted
         out["simulator_error" + suffix] = {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}
     return out
@@ -246,7 +253,11 @@ def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], 
                 if cost is not None:
                     runs[-1]["speed_timeline"] = run_timeline(store, report["origin_unix"], cost, end, TIMELINE_WINDOW_S)
                     # read once run_timeline has waited for the store's writer
-                    runs[-1]["drafting_by_rows"] = drafting_by_rows(read_steps(store, since=report["origin_unix"], until=end))
+                    steps = read_steps(store, since=report["origin_unix"], until=end)
+                    runs[-1]["drafting_by_rows"] = drafting_by_rows(steps)
+                    overhead = batched_overhead(steps)
+                    if overhead is not None:
+                        runs[-1]["serving_overhead"] = overhead
                 if speed is not None:  # probes open and close the run: its speed is their mean
                     after = probe_speed(url, args.prompts)
                     if speed[1] + after[1] > 0:

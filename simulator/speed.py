@@ -146,6 +146,45 @@ def timeline_from_steps(steps: Sequence[dict], cost, origin: float, window_s: fl
     return points
 
 
+def batched_overhead(steps: Sequence[dict]) -> dict | None:
+    """What a batched server spent between its forwards, from its step records (the telemetry store's
+    ``steps`` rows of one run): a scenario's ``overhead`` for the batching replica.
+
+    - ``step_s``: the median gap between one forward of a batch and the next, less the next one's
+      draft and verify (the rows' sampling, acceptance, controllers, streaming);
+    - ``request_s``: what a forward from which requests left took on top of that, per request
+      that left (its wrap-up: the answer decoded, the drafters taught). The replica charges it
+      when a request joins; under a client that keeps its requests in flight one replaces another.
+
+    Two kinds of gap are left out, since the replica prices both itself: after the batch emptied
+    (the next prompt prefilled alone), and before a forward that may have carried a prompt, one
+    after which new requests decode (the engine records such a step at what its rows' own forward
+    costs, so the prompt's seconds fall in the gap). None: no gap of a batch that stayed.
+
+    >>> row = lambda t, r, v=0.1: {"time": t, "request_id": r, "draft_s": 0.0, "verify_s": v}
+    >>> steps = [row(0.10, 1), row(0.10, 2), row(0.21, 1), row(0.21, 2), row(0.32, 1), row(0.32, 2),
+    ...          row(0.45, 1)]  # request 2 left: its wrap-up took 0.02 s more
+    >>> {k: round(v, 3) for k, v in batched_overhead(steps).items()}
+    {'step_s': 0.01, 'request_s': 0.02, 'gaps': 2, 'left': 1}
+    """
+    groups = forwards(steps)
+    held = [{row.get("request_id") for row in rows} for rows in groups]
+    plain, leaving = [], []  # gaps, and (gap, requests that left) pairs
+    for i in range(1, len(groups)):
+        carried_prompt = i + 1 < len(groups) and bool(held[i + 1] - held[i])
+        if not held[i - 1] & held[i] or carried_prompt:
+            continue
+        gap = groups[i][0]["time"] - groups[i - 1][0]["time"] - groups[i][0].get("draft_s", 0.0) - groups[i][0]["verify_s"]
+        left = len(held[i - 1] - held[i])
+        (leaving.append((gap, left)) if left else plain.append(gap))
+    if not plain:
+        return None
+    step_s = max(0.0, float(statistics.median(plain)))
+    left = sum(n for _, n in leaving)
+    extra = sum(gap - step_s for gap, _ in leaving) / left if left else 0.0
+    return {"step_s": step_s, "request_s": max(0.0, extra), "gaps": len(plain), "left": left}
+
+
 def serving_overhead(requests: Sequence[dict], steps: Sequence[dict], client_e2e_s: Sequence[float], cost) -> dict:
     """What served requests spent outside the forwards ``cost`` prices: a scenario's ``overhead``.
 

@@ -147,9 +147,11 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
     data = json.loads(path.read_text())
     second = []
     for run in data["runs"]:  # a second round: adaptive twice as fast, and a timeline replay of every run
-        run.update(round=0, simulator_error_timeline={"p50": 0.03, "p95": -0.07})
+        run.update(round=0, simulator_error_timeline={"p50": 0.03, "p95": -0.07},
+                   serving_overhead={"step_s": 0.003, "request_s": 0.0075, "gaps": 90, "left": 14})
         faster = 2.0 if run["config"] == "adaptive" else 1.0
-        second.append({**run, "round": 1, "output_tokens_per_s": run["output_tokens_per_s"] * faster})
+        second.append({**run, "round": 1, "output_tokens_per_s": run["output_tokens_per_s"] * faster,
+                       "serving_overhead": {"step_s": 0.0042, "request_s": 0.0091, "gaps": 80, "left": 15}})
     data["runs"] += second
     data["rounds"] = 2
     data["cap_warmed"] = True
@@ -163,6 +165,8 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
         "## Batched serving by concurrency")[1].split("\n## ")[0]
     assert "| round | concurrency |" in section and "timeline p50" in section and "| +3% | -7% |" in section
     assert "--rounds 2" in section
+    # the replay's time between forwards, as the runs' steps recorded it
+    assert "(3.0 to 4.2 ms over the runs)" in section and "(7.5 to 9.1 ms: the answer's wrap-up)" in section
     assert f"--plain-slowdown 0.05 --profile {Path(data['profile']).name}`" in section  # the server's cap warm-started
     rows = [line for line in section.splitlines() if line.startswith("| ") and "×" in line]
     best = [row for row in rows if "the round's best fixed" in row]

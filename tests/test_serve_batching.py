@@ -57,6 +57,27 @@ def test_a_run_is_also_replayed_at_the_speed_its_batched_steps_ran(tmp_path):
     assert out["simulator_error_timeline"]["p95"] == pytest.approx(timeline["p95"] / 3.0 - 1)
 
 
+def test_the_timeline_replay_holds_the_replica_for_the_time_the_runs_steps_spent_between_forwards(tmp_path):
+    profile = _profile(tmp_path)
+    trace = [_row(i, "p-copy" if i % 2 else "p-chat", 0.0) for i in range(4)]
+    run = {"config": "plain", "concurrency": 4, "trace": trace, "e2el_s": {"p50": 2.0, "p95": 3.0},
+           "speed_timeline": [(0.0, 1.0)]}
+    without = predict(run, profile, max_batch=8, prefill_chunk=128)
+
+    def held(step_s, request_s):  # what the overhead adds to the timeline replay's p50
+        out = predict({**run, "serving_overhead": {"step_s": step_s, "request_s": request_s, "gaps": 40, "left": 3}},
+                      profile, max_batch=8, prefill_chunk=128)
+        assert out["simulated_e2e_s"] == without["simulated_e2e_s"]  # as calibrated: the profile's forwards alone
+        return out["simulated_e2e_s_timeline"]["p50"] - without["simulated_e2e_s_timeline"]["p50"]
+
+    # the four decode together: a step's overhead holds them all once per batched step (about one
+    # per token of their 30), and each request's setup holds the replica once before the prefill
+    steps = round(held(0.01, 0.0) / 0.01)
+    assert held(0.01, 0.0) == pytest.approx(steps * 0.01) and 28 <= steps <= 32
+    assert held(0.0, 0.05) == pytest.approx(4 * 0.05)
+    assert held(0.01, 0.05) == pytest.approx(held(0.01, 0.0) + 4 * 0.05)
+
+
 def test_with_plain_probes_the_timeline_replay_prefills_at_their_speed(tmp_path):
     """The timeline is read from batched decode forwards; prefill follows the one-request probes."""
     from benchmarks.serve_shift import at_speed

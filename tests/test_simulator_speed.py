@@ -207,6 +207,35 @@ def test_a_servers_overhead_is_measured_from_its_records_of_requests_and_steps()
         serving_overhead(requests, [], client, Priced())
 
 
+def test_a_batched_servers_time_between_forwards_is_measured_from_its_step_records():
+    from simulator.speed import batched_overhead
+
+    steps, t = [], 0.0
+
+    def forward(requests, gap, verify=0.1, draft=0.002):
+        nonlocal t
+        t += gap + draft + verify
+        steps.extend({"time": t, "request_id": r, "draft_s": draft, "verify_s": verify} for r in requests)
+
+    forward([1, 2], 0.5)  # the first forward: its gap holds the prompts' prefill alone
+    for gap in (0.003, 0.004, 0.002, 0.003):
+        forward([1, 2], gap)
+    forward([1], 0.013)  # request 2 left: its wrap-up took 0.010 s more than a step's gap
+    forward([1], 0.200)  # a prompt rode in this forward: its seconds fall in the gap
+    forward([1, 3], 0.003)
+    forward([1, 3], 0.004)  # the next requests may have ridden in it: its gap is left out too
+    t += 5.0  # the batch emptied: the next prompt prefills alone
+    forward([4, 5], 0.300)
+    forward([4, 5], 0.003)
+    measured = batched_overhead(steps)
+    assert measured["step_s"] == pytest.approx(0.003)  # the median of the 6 gaps of a batch that stayed
+    assert measured["request_s"] == pytest.approx(0.010)
+    assert (measured["gaps"], measured["left"]) == (6, 1)
+    # no forward followed another of the same batch: nothing to measure
+    assert batched_overhead([{"time": 1.0, "request_id": 1, "draft_s": 0.0, "verify_s": 0.1},
+                             {"time": 9.0, "request_id": 2, "draft_s": 0.0, "verify_s": 0.1}]) is None
+
+
 def test_a_closed_loop_client_sends_its_next_request_once_it_has_heard_back():
     rows = [{"arrival_s": 0.0, "class": "copy", "prompt_tokens": 40, "output_tokens": 10} for _ in range(2)]
     raw = scenario_dict(workload={"replay": rows, "concurrency": 1}, policy="none", overhead={"client_s": 1.0})
