@@ -127,7 +127,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                      "recorded it (`simulator.speed.batched_overhead`): per batched step the median gap between "
                      f"forwards ({min(steps):.1f} to {max(steps):.1f} ms over the runs), and per request what a "
                      f"forward from which requests left took beyond it ({min(wrap):.1f} to {max(wrap):.1f} ms: the "
-                     "answer's wrap-up), charged as each request joins.")
+                     "answer's wrap-up), charged as each request joins." + _overhead_effect(data["runs"]))
     header = [*(["round"] if rounds > 1 else []), "concurrency", "config", "completed", "output tok/s", "E2EL p50 s",
               "E2EL p95 s", "drafting", *(["simulated p50", "simulated p95"] if predicted else []),
               *(["plain step", "at speed p50", "at speed p95"] if at_speed else []),
@@ -325,7 +325,7 @@ def serve_batching_goodput_section(results_dir: Path, dates: dict | None) -> str
         what += (" The simulator's batching replica, replaying each run at the speed its own forwards ran"
                  + (" and with the time its server spent between them" if between else "") + " (as above), "
                  f"predicts p50 and p95 end-to-end latency within 10% in {sum(abs(e) <= 0.10 for e in errors)} of "
-                 f"{len(errors)} cases ({min(errors):+.1%} to {max(errors):+.1%}).")
+                 f"{len(errors)} cases ({min(errors):+.1%} to {max(errors):+.1%})." + _overhead_effect(data["runs"]))
     comparisons = table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
                         [[str(c["concurrency"]), f"`{c['config']}`", _spread(c["throughput"]), c["throughput"]["verdict"],
                           _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])
@@ -387,3 +387,17 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
                          table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
                          f"![output tok/s against p95 latency at {data['concurrency']} requests](results/{image})",
                          provenance(results_dir, [name], dates, command, machine_line(data))])
+
+
+def _overhead_effect(runs: list[dict]) -> str:
+    """The timeline replays with the time between forwards against the same replays without it."""
+    pairs = [(r["simulator_error_timeline"][q], r["simulator_error_timeline_without_overhead"][q])
+             for r in runs if "simulator_error_timeline_without_overhead" in r for q in ("p50", "p95")]
+    if not pairs:
+        return ""
+    with_, without = zip(*pairs)
+
+    def said(errors) -> str:
+        return (f"within 10% in {sum(abs(e) <= 0.10 for e in errors)} of {len(errors)} cases, mean error "
+                f"{statistics.mean(errors):+.1%}")
+    return f" Without that time the same replays are {said(without)}; with it, {said(with_)}."

@@ -206,17 +206,20 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
         context = sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in rows) / len(rows)
         profiles["_at_speed"], out["speed_factor"] = at_speed(profile, run["plain_step"]["mean_s"], context)
     variants = [(suffix, chosen, None) for suffix, chosen in profiles.items()]
-    variants += [("_timeline", profile, run["speed_timeline"])] if run.get("speed_timeline") else []
     # the time the server spent between its forwards, as the run's own steps recorded it (a run
-    # recorded before it was measured replays without it)
+    # recorded before it was measured replays without it); the timeline replay also without it,
+    # to show what it changes
     overhead = {k: run["serving_overhead"][k] for k in ("step_s", "request_s")} if run.get("serving_overhead") else None
-    for suffix, chosen, timeline in variants:
+    if run.get("speed_timeline"):
+        variants += [("_timeline", profile, run["speed_timeline"], overhead)]
+        variants += [("_timeline_without_overhead", profile, run["speed_timeline"], None)] if overhead else []
+    for suffix, chosen, timeline, *between in variants:
         prefill = out.get("speed_factor") if timeline else None
         if prefill is not None:
             out["prefill_speed_timeline"] = prefill
         predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], replica,
                                    speed=timeline, concurrency=run["concurrency"], prefill_speed=prefill,
-                                   overhead=overhead if timeline else None)["e2e_s"]
+                                   overhead=between[0] if between else None)["e2e_s"]
         out["simulated_e2e_s" + suffix] = predicted
         out["simulator_error" + suffix] = {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}
     return out

@@ -68,6 +68,8 @@ def test_the_timeline_replay_holds_the_replica_for_the_time_the_runs_steps_spent
         out = predict({**run, "serving_overhead": {"step_s": step_s, "request_s": request_s, "gaps": 40, "left": 3}},
                       profile, max_batch=8, prefill_chunk=128)
         assert out["simulated_e2e_s"] == without["simulated_e2e_s"]  # as calibrated: the profile's forwards alone
+        # the same replay without it, beside it
+        assert out["simulated_e2e_s_timeline_without_overhead"] == without["simulated_e2e_s_timeline"]
         return out["simulated_e2e_s_timeline"]["p50"] - without["simulated_e2e_s_timeline"]["p50"]
 
     # the four decode together: a step's overhead holds them all once per batched step (about one
@@ -76,6 +78,7 @@ def test_the_timeline_replay_holds_the_replica_for_the_time_the_runs_steps_spent
     assert held(0.01, 0.0) == pytest.approx(steps * 0.01) and 28 <= steps <= 32
     assert held(0.0, 0.05) == pytest.approx(4 * 0.05)
     assert held(0.01, 0.05) == pytest.approx(held(0.01, 0.0) + 4 * 0.05)
+    assert "simulated_e2e_s_timeline_without_overhead" not in without  # nothing recorded: one replay
 
 
 def test_with_plain_probes_the_timeline_replay_prefills_at_their_speed(tmp_path):
