@@ -54,6 +54,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
     predicted = data.get("profile") is not None
     at_speed = predicted and all("simulator_error_at_speed" in r for r in data["runs"])
     timeline = predicted and any("simulator_error_timeline" in r for r in data["runs"])
+    replica_drafting = timeline and any(r.get("simulated_drafting_timeline") is not None for r in data["runs"])
     rows = []
     for round_, level in ((r, c) for r in range(rounds) for c in data["concurrency"]):
         mine = [r for r in data["runs"] if r["concurrency"] == level and r.get("round", 0) == round_]
@@ -68,6 +69,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                          *([f"{run['plain_step']['mean_s'] * 1e3:.1f} ms", f"{fast['p50']:+.0%}", f"{fast['p95']:+.0%}"]
                            if at_speed else []),
                          *(_errors(run.get("simulator_error_timeline")) if timeline else []),
+                         *([_share(run.get("simulated_drafting_timeline"))] if replica_drafting else []),
                          "best fixed" if run is best_fixed else ""])
     runs_text = (f"{rounds} rounds: every config at every concurrency once a round, configs rotating within each "
                  "concurrency and from round to round; each run on a traffic key of its own (controllers start fresh)"
@@ -128,10 +130,15 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                      f"forwards ({min(steps):.1f} to {max(steps):.1f} ms over the runs), and per request what a "
                      f"forward from which requests left took beyond it ({min(wrap):.1f} to {max(wrap):.1f} ms: the "
                      "answer's wrap-up), charged as each request joins." + _overhead_effect(data["runs"]))
+        if replica_drafting:
+            what += (" *Timeline drafting*: the share of the replay's decode steps that verified a draft, as "
+                     "*drafting* counts the run's: where the replica's batch cap, starting from the profile, drafts "
+                     "otherwise than the server's, whose cap learned from every run before, their latencies part.")
     header = [*(["round"] if rounds > 1 else []), "concurrency", "config", "completed", "output tok/s", "E2EL p50 s",
               "E2EL p95 s", "drafting", *(["simulated p50", "simulated p95"] if predicted else []),
               *(["plain step", "at speed p50", "at speed p95"] if at_speed else []),
-              *(["timeline p50", "timeline p95"] if timeline else []), ""]
+              *(["timeline p50", "timeline p95"] if timeline else []),
+              *(["timeline drafting"] if replica_drafting else []), ""]
     command = (".venv/bin/python -m benchmarks.serve_batching "
                + (f"--prompts {prompts.as_posix()} " if prompts.as_posix() != "benchmarks/shift.jsonl" else "")
                + (f"--split {data['split']} " if data.get("split") else "")
@@ -401,3 +408,7 @@ def _overhead_effect(runs: list[dict]) -> str:
         return (f"within 10% in {sum(abs(e) <= 0.10 for e in errors)} of {len(errors)} cases, mean error "
                 f"{statistics.mean(errors):+.1%}")
     return f" Without that time the same replays are {said(without)}; with it, {said(with_)}."
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"

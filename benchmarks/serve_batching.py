@@ -217,12 +217,34 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
         prefill = out.get("speed_factor") if timeline else None
         if prefill is not None:
             out["prefill_speed_timeline"] = prefill
+        drafting = DraftingShare()
         predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], replica,
                                    speed=timeline, concurrency=run["concurrency"], prefill_speed=prefill,
-                                   overhead=between[0] if between else None)["e2e_s"]
+                                   overhead=between[0] if between else None, hooks=[drafting])["e2e_s"]
+        out["simulated_drafting" + suffix] = drafting.share()
         out["simulated_e2e_s" + suffix] = predicted
         out["simulator_error" + suffix] = {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}
     return out
+
+
+class DraftingShare:
+    """A replay's share of decode steps that verified a draft, as the run's ``speculative_step_share``
+    counts them: where the replica drafts otherwise than the server did, their latencies part."""
+
+    def __init__(self) -> None:
+        self.steps = self.drafting = 0
+
+    def on_step(self, outcome, batch_size: int) -> None:
+        self.steps += 1
+        self.drafting += outcome.proposed > 0
+
+    def share(self) -> float | None:
+        return self.drafting / self.steps if self.steps else None
+
+    def on_request_arrival(self, *args) -> None: ...
+    def on_request_start(self, *args) -> None: ...
+    def on_first_token(self, *args) -> None: ...
+    def on_request_completion(self, *args) -> None: ...
 
 
 def server_options(args: argparse.Namespace) -> list[str]:
@@ -285,7 +307,7 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                                           result.get("plain_slowdown"))
         for run in runs:
             for key in [k for k in run if k.startswith(("simulated_e2e_s", "simulator_error", "speed_factor",
-                                                        "prediction_error"))]:
+                                                        "prediction_error", "simulated_drafting"))]:
                 del run[key]  # the previous predictions: none may outlive this one
             try:  # as in a live run: one the simulator cannot replay keeps its measurements, and says why
                 run.update(predict(run, str(args.profile), *settings))

@@ -101,13 +101,14 @@ def summarize_real(served: list[dict]) -> dict:
 def simulate_trace(trace: list[dict], profile: str | Path | Profile, policy_spec: str, seed: int,
                    replicas: dict | None = None, speed: list[tuple[float, float]] | None = None,
                    concurrency: int | None = None, overhead: dict | None = None,
-                   prefill_speed: float | None = None) -> dict:
+                   prefill_speed: float | None = None, hooks: list | None = None) -> dict:
     """Replay ``trace`` rows (arrival_s, class, prompt_tokens, output_tokens) on one replica: serial,
     or as ``replicas`` says (the scenario's field, e.g. ``{"mode": "batching", "max_batch": 8}``);
     ``speed``: the machine's speed over the trace, ``(at_s, factor)`` points (``simulator/speed.py``);
     ``concurrency``: the client's limit on requests in flight (rows in the order it sent them);
     ``overhead``: the server's time outside the forwards (the scenario's field); ``prefill_speed``:
-    prefill's own speed factor (the scenario's field).
+    prefill's own speed factor (the scenario's field); ``hooks``: more observers of the replay's
+    events (``simulate``'s ``extra_hooks``).
 
     ``profile`` is a profile file or a ``Profile`` already loaded; the rows go to the simulator as
     they are, no file in between.
@@ -128,7 +129,7 @@ def simulate_trace(trace: list[dict], profile: str | Path | Profile, policy_spec
         **({"prefill_speed": prefill_speed} if prefill_speed is not None else {}),
         "policy": policy_spec,
     })
-    s = simulate(scenario, with_timeseries=False).summary
+    s = simulate(scenario, with_timeseries=False, extra_hooks=hooks).summary
     return {
         "e2e_s": {"p50": s["e2e_s"]["p50"], "p95": s["e2e_s"]["p95"]},
         "ttft_s": {"p50": s["ttft_s"]["p50"], "p95": s["ttft_s"]["p95"]},

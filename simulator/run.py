@@ -166,10 +166,11 @@ class RunResult:
 
 def simulate(scenario: Scenario, policy: str | PolicyBuilder | None = None, seed: int | None = None,
              cost=None, replicas: int | None = None, with_timeseries: bool = True,
-             on_arrival: Callable[[Request], None] | None = None) -> RunResult:
+             on_arrival: Callable[[Request], None] | None = None, extra_hooks: list | None = None) -> RunResult:
     """Run a scenario to the end (all requests done, or ``drain_s`` after arrivals stop).
 
-    ``on_arrival(request)`` is called as each request arrives (``simulator/progress.py`` uses it).
+    ``on_arrival(request)`` is called as each request arrives (``simulator/progress.py`` uses it);
+    ``extra_hooks`` see every event beside the metrics (``build_simulation``).
     """
     import time
 
@@ -177,7 +178,7 @@ def simulate(scenario: Scenario, policy: str | PolicyBuilder | None = None, seed
         scenario = scenario.with_(replicas=type(scenario.replicas)(**{**vars(scenario.replicas), "count": replicas}))
     started = time.perf_counter()
     env = simpy.Environment()
-    sim = build_simulation(env, scenario, policy, seed, cost, on_arrival=on_arrival)
+    sim = build_simulation(env, scenario, policy, seed, cost, extra_hooks=extra_hooks, on_arrival=on_arrival)
     horizon = None if scenario.drain_s is None else scenario.workload.duration_s + scenario.drain_s
     # replicas idle on a wake-up event nothing will trigger, so with no horizon the event queue
     # runs dry exactly when the last request has finished

@@ -147,7 +147,7 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
     data = json.loads(path.read_text())
     second = []
     for run in data["runs"]:  # a second round: adaptive twice as fast, and a timeline replay of every run
-        run.update(round=0, simulator_error_timeline={"p50": 0.03, "p95": -0.07},
+        run.update(round=0, simulator_error_timeline={"p50": 0.03, "p95": -0.07}, simulated_drafting_timeline=0.27,
                    simulator_error_timeline_without_overhead={"p50": -0.01, "p95": -0.12},
                    serving_overhead={"step_s": 0.003, "request_s": 0.0075, "gaps": 90, "left": 14})
         faster = 2.0 if run["config"] == "adaptive" else 1.0
@@ -164,7 +164,7 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
 
     section = make_results.render(results_copy, results_kit.dates_in(COMMITTED)).split(
         "## Batched serving by concurrency")[1].split("\n## ")[0]
-    assert "| round | concurrency |" in section and "timeline p50" in section and "| +3% | -7% |" in section
+    assert "| round | concurrency |" in section and "timeline p50" in section and "| +3% | -7% | 27% |" in section
     assert "--rounds 2" in section
     # the replay's time between forwards, as the runs' steps recorded it
     assert "(3.0 to 4.2 ms over the runs)" in section and "(7.5 to 9.1 ms: the answer's wrap-up)" in section

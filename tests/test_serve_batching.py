@@ -81,6 +81,17 @@ def test_the_timeline_replay_holds_the_replica_for_the_time_the_runs_steps_spent
     assert "simulated_e2e_s_timeline_without_overhead" not in without  # nothing recorded: one replay
 
 
+def test_each_replay_says_how_much_of_it_drafted_as_the_run_counts_its_own(tmp_path):
+    profile = _profile(tmp_path)
+    trace = [_row(i, "p-copy" if i % 2 else "p-chat", 0.0) for i in range(4)]
+    run = {"concurrency": 4, "trace": trace, "e2el_s": {"p50": 2.0, "p95": 3.0}, "speed_timeline": [(0.0, 1.0)]}
+    plain = predict({**run, "config": "plain"}, profile, max_batch=8, prefill_chunk=128)
+    static = predict({**run, "config": "static:ngram:8"}, profile, max_batch=8, prefill_chunk=128)
+    assert plain["simulated_drafting"] == plain["simulated_drafting_timeline"] == 0.0
+    # the copying prompts' lookups find drafts on some steps, the others' on fewer: a share, not all or none
+    assert 0.0 < static["simulated_drafting_timeline"] < 1.0
+
+
 def test_with_plain_probes_the_timeline_replay_prefills_at_their_speed(tmp_path):
     """The timeline is read from batched decode forwards; prefill follows the one-request probes."""
     from benchmarks.serve_shift import at_speed
