@@ -168,7 +168,7 @@ def batched_overhead(steps: Sequence[dict]) -> dict | None:
     {'step_s': 0.01, 'request_s': 0.02, 'gaps': 2, 'left': 1}
     """
     groups = forwards(steps)
-    held = [{row.get("request_id") for row in rows} for rows in groups]
+    held = [{row["request_id"] for row in rows if row.get("request_id") is not None} for rows in groups]
     plain, leaving = [], []  # gaps, and (gap, requests that left) pairs
     for i in range(1, len(groups)):
         carried_prompt = i + 1 < len(groups) and bool(held[i + 1] - held[i])
@@ -176,7 +176,10 @@ def batched_overhead(steps: Sequence[dict]) -> dict | None:
             continue
         gap = groups[i][0]["time"] - groups[i - 1][0]["time"] - groups[i][0].get("draft_s", 0.0) - groups[i][0]["verify_s"]
         left = len(held[i - 1] - held[i])
-        (leaving.append((gap, left)) if left else plain.append(gap))
+        if left:
+            leaving.append((gap, left))
+        else:
+            plain.append(gap)
     if not plain:
         return None
     step_s = max(0.0, float(statistics.median(plain)))
