@@ -55,10 +55,25 @@ bound: credit widens the bound, never narrows it. Without it, a copying row whos
 for one step stopped every other row's drafts on that step. A row whose draft the batch cuts to
 nothing decodes plainly, and its controller learns a plain step (``DecodeSession.overrule``), not a
 miss of its drafter.
+
+The machine's pace: the bound weighs a wider step against a plain one, so it needs their ratio,
+and each fit learns from its own kind of step alone, at whatever speed the machine ran when that
+kind last came. A spell of plain traffic taught the plain fit at one speed and a spell of drafting
+the wider fit at another; on a machine whose speed swings by a quarter within seconds, the ratio a
+batch started from was off by as much, so the bound let through drafts that cost more than it
+allows, or refused ones that cost far less (replaying a server's step records through the cap
+showed it). So the cap keeps a pace (``pace``): the seconds a step takes per second its fit prices
+it at, a decayed geometric mean over the last steps of any kind (their common speed), and each fit
+learns a step's seconds over the pace. The fits then learn shapes in common units, their ratio is
+taught where both kinds run close together (as they do while rows draft: a plain step at least
+every ``plain_every``), and a price is its fit's times the pace: seconds at the machine's speed now.
+Pace and fits share the level, so a spell of one kind still leaves a little of its speed in that
+kind's fit, in proportion to how fast the fit learns against the pace.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -75,12 +90,20 @@ CONTEXT_UNIT = 1000.0  # tokens: context enters the fit in thousands, near the o
 # a longer context is priced as the ones seen, not by a slope of timing noise stretched over the
 # distance; steps whose contexts differ by hundreds of slots outweigh it
 CONTEXT_PRIOR = 0.05
+# a step over this many times its price (at the pace before it) is learned at that: a real slowdown
+# still gets through (the pace follows it step by step), a single stall does not skew a fit
+STALL = 3.0
 
 
 @dataclass
 class BatchDraftCap:
     decay: float = 0.99  # per step of the fit's kind (one token wide, or wider): a half-life of ~70 of them
     plain_every: int = 32
+    # per observed step of any kind: a half-life of one step. The machine's speed swings within
+    # seconds; replayed through the cap, one server's step records were priced best by the pace of the
+    # last step or two (slower paces left more of each swing to the fits). 1: no pace, each fit
+    # prices at the speed its own kind last ran
+    pace_decay: float = 0.5
     # the most a step may cost a row over a plain step of the same rows, per token the row expects
     # from it: a row that verifies nothing gains nothing from the others' drafts and pays for the
     # wider forward, so without a bound the batch's goodput buys copying rows' speed with
@@ -98,11 +121,14 @@ class BatchDraftCap:
     def __post_init__(self) -> None:
         if not 0 < self.decay <= 1:
             raise ValueError(f"decay must be in (0, 1], got decay={self.decay!r}")
+        if not 0 <= self.pace_decay <= 1:
+            raise ValueError(f"pace_decay must be in [0, 1], got pace_decay={self.pace_decay!r}")
         check_int("plain_every", self.plain_every, 1)
         if self.plain_slowdown is not None and not 0 <= self.plain_slowdown < float("inf"):
             raise ValueError(f"plain_slowdown must be >= 0 or None, got plain_slowdown={self.plain_slowdown!r}")
         self._steps = self._last_plain = 0  # batched steps picked for, and the last one that was plain
         self._coef: dict[tuple[bool, bool], list[float] | None] | None = None  # each fit's weights (None: no step of its kind yet)
+        self._log_pace = 0.0  # 0: the units of the samples ``warm`` took (a calibrated profile's seconds)
 
     # -- choosing ------------------------------------------------------------------------------------
 
@@ -168,7 +194,12 @@ class BatchDraftCap:
         """Predicted seconds of a step of ``rows`` rows ``width`` tokens wide at ``context`` slots; None
         before the fit."""
         coef = self._fit()[width > 1, rows == 1]
-        return None if coef is None else _price(coef, rows, width, context)
+        return None if coef is None else _price(coef, rows, width, context) * self.pace
+
+    @property
+    def pace(self) -> float:
+        """Seconds a step takes now per second its fit prices it at (module docstring)."""
+        return math.exp(self._log_pace)
 
     def _fit(self) -> dict[tuple[bool, bool], list[float] | None]:
         """Each fit's weights, solved once per observed step: a step prices a dozen shapes."""
@@ -183,6 +214,21 @@ class BatchDraftCap:
         packed forward (each row only its own tokens) is ``width`` = the tokens it scored over ``rows``."""
         if seconds <= 0 or rows < 1 or width < 1 or context < 0:
             return
+        key = (width > 1, rows == 1)
+        coef = self._fit()[key]
+        # a fit of fewer steps than twice its features prices from too little to tell the pace by
+        steady = self._sums[key][0][0][0] >= 2 * FEATURES[width > 1]  # the decayed count of its steps
+        priced = _price(coef, rows, width, context) if coef is not None and steady else None
+        pace = self.pace
+        if priced is not None and priced > 0:
+            # a stalled step (the machine preempted, a collection) counts at most STALL times its
+            # price: it would otherwise teach its shape's fit a cost its neighbours never pay
+            seconds = min(seconds, STALL * priced * pace)
+            self._log_pace = self.pace_decay * self._log_pace + (1 - self.pace_decay) * math.log(seconds / priced)
+        self._learn(rows, width, seconds / pace, context)
+
+    def _learn(self, rows: int, width: float, seconds: float, context: float) -> None:
+        """One step's sample into its kind's fit, in the fit's units."""
         x = _features(rows, width, context)
         self._coef = None
         xtx, xty = self._sums[width > 1, rows == 1]  # only the samples of its own kind decay
@@ -199,7 +245,7 @@ class BatchDraftCap:
         for rows, width, seconds, *context in samples:
             context = context[0] if context else 0.0
             if seconds > 0 and rows >= 1 and width >= 1 and context >= 0:
-                self.observe(rows, width, seconds, context=context)
+                self._learn(rows, width, seconds, context)  # they set the units: the pace starts at 1
                 taken += 1
         return taken
 

@@ -65,6 +65,30 @@ def test_a_calibrated_profile_prices_steps_before_the_first_and_live_steps_take_
     assert cap.cost(6, 3) == pytest.approx(2 * cpu_like_cost(6, 3), rel=0.02)
 
 
+def test_a_wider_steps_price_against_a_plain_ones_is_not_taken_from_the_machines_swings():
+    """Plain traffic on a fast spell, then drafting on a slow one: each fit learned its kind at
+    another speed, and without the pace the two prices' ratio (what the bound weighs) came out half
+    as large again as the shapes'. With it the ratio stays near the shapes' (a spell still leaves a
+    little of its speed in the fit it teaches, while the pace catches up), and a price is at the
+    speed the machine runs now."""
+    cap = warmed(gentle)
+    for _ in range(200):  # a server that has run a while: its fits hold many steps, not a profile's few
+        for shape in ((4, 1), (4, 5), (8, 1), (8, 9)):
+            cap.observe(*shape, gentle(*shape))
+    for _ in range(300):
+        cap.observe(4, 1, 0.8 * gentle(4, 1))
+    assert cap.cost(4, 1) == pytest.approx(0.8 * gentle(4, 1), rel=0.01)
+    for _ in range(300):
+        cap.observe(4, 5, 1.25 * gentle(4, 5))
+    assert cap.cost(4, 5) / cap.cost(4, 1) == pytest.approx(gentle(4, 5) / gentle(4, 1), rel=0.05)
+    assert cap.cost(4, 1) == pytest.approx(1.25 * gentle(4, 1), rel=0.05)
+    assert cap.cost(8, 9) / cap.cost(8, 1) == pytest.approx(gentle(8, 9) / gentle(8, 1), rel=0.05)
+    cap.observe(4, 5, 20 * gentle(4, 5))  # a stalled step: the steps after it bring the pace back
+    for _ in range(10):
+        cap.observe(4, 5, 1.25 * gentle(4, 5))
+    assert cap.cost(4, 1) == pytest.approx(1.25 * gentle(4, 1), rel=0.05)
+
+
 def alone_and_batched(rows: int, width: float) -> float:
     """CPU-like: alone, a multi-token forward costs much more than a one-token one; in a batch,
     where one pass over the weights serves every row, a few more tokens cost next to nothing."""
@@ -83,10 +107,10 @@ def test_single_row_steps_are_priced_apart_from_batches():
     priced = {(r, w): cap.cost(r, w, 100) for r, w in shapes if r > 1}
     for (rows, width), seconds in [*priced.items(), ((1, 1), cap.cost(1, 1, 100)), ((1, 5), cap.cost(1, 5, 100))]:
         assert seconds == pytest.approx(alone_and_batched(rows, width), rel=1e-3)
-    for _ in range(1000):  # one-row traffic: the batches' prices stay as they were
+    for _ in range(1000):  # one-row traffic at the calibrated speed: the batches' prices stay as they were
         cap.observe(1, 1, 0.055, 100)
         cap.observe(1, 5, 0.095, 100)
-    assert {shape: cap.cost(*shape, 100) for shape in priced} == priced
+    assert {shape: cap.cost(*shape, 100) for shape in priced} == pytest.approx(priced, rel=1e-4)
     # a copying row beside three that draft nothing: one more token costs the batch under 1 %, well
     # inside the bound, so the copying row drafts
     lengths, expected = [8, 0, 0, 0], [copying(8)] + [[1.0]] * 3
@@ -239,7 +263,7 @@ def test_a_batch_that_has_only_drafted_makes_one_step_plain_to_price_it():
 
 
 @pytest.mark.parametrize("kwargs", [{"decay": 0.0}, {"decay": 1.5}, {"plain_every": 0}, {"plain_slowdown": -0.1},
-                                    {"plain_slowdown": float("nan")}])
+                                    {"plain_slowdown": float("nan")}, {"pace_decay": 1.1}, {"pace_decay": -0.1}])
 def test_bad_settings_are_refused_by_name(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         BatchDraftCap(**kwargs)
