@@ -45,6 +45,7 @@ from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.server.cli import _step_costs, parse_plain_slowdown
 from adaptive_spec.telemetry.store import read_steps
+from benchmarks.cap_pace import timed_forwards
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
                                     start_server)
 from benchmarks.sim_validation import simulate_trace
@@ -288,6 +289,11 @@ def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], 
                     if speed[1] + after[1] > 0:
                         runs[-1]["plain_step"] = {"mean_s": (speed[0] + after[0]) / (speed[1] + after[1]),
                                                   "count": speed[1] + after[1]}
+        if args.forwards_out is not None:  # every forward since the server started, warm-up included
+            write_json_atomic(args.forwards_out, {
+                "source": "serve_batching", "prompts": str(args.prompts), "profile": str(args.profile),
+                "plain_slowdown": args.plain_slowdown, "forwards": timed_forwards(read_steps(store))}, "forwards_out")
+            print(f"wrote {args.forwards_out}")
     finally:
         server.terminate()
         server.wait(timeout=60)
@@ -368,6 +374,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plain-slowdown", default=str(BatchDraftCap.plain_slowdown),
                         help="the server's --plain-slowdown (what others' drafts may cost a request decoding plainly; "
                              "'off': none); the simulator's replica runs the same")
+    parser.add_argument("--forwards-out", type=Path, default=None,
+                        help="with --profile: write every batched forward the server ran, in order (benchmarks/cap_pace.py "
+                             "replays them through the batch cap)")
     parser.add_argument("--resimulate", type=Path, help="only redo the simulator's predictions of this result file "
                         "with --profile (e.g. one with recorded token streams), writing --out")
     args = parser.parse_args(argv)
@@ -388,7 +397,10 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         parser.error(f"configs={args.configs!r}: unknown {unknown}; known: {', '.join(CONFIGS)}")
-    for path, name in ((args.out, "out"), (args.plot, "plot"), (args.profile if args.calibrate else None, "profile")):
+    if args.forwards_out is not None and args.profile is None:
+        parser.error(f"forwards_out={str(args.forwards_out)!r}: the server records its steps only with --profile")
+    for path, name in ((args.out, "out"), (args.plot, "plot"), (args.profile if args.calibrate else None, "profile"),
+                       (args.forwards_out, "forwards_out")):
         if path is not None:
             check_writable(path, name)
     if args.profile is not None and args.max_batch < 2:

@@ -1,0 +1,117 @@
+"""The batch cap's prices against a batched server's own steps, with its pace and without.
+
+The cap's bound weighs a wider step against a plain one of the same rows, so what matters is the
+ratio of the two prices. Each cost fit learns from its own kind of step, and on a machine whose
+speed swings within seconds the two kinds may have last run at different speeds; the cap's pace
+(``BatchDraftCap.pace``) takes the speed both share out of what the fits learn. This replays the
+forwards a server ran (``serve_batching --forwards-out``), in order, through a cap warmed from the
+same profile as the server's, once as the server runs it and once with no pace (``pace_decay=1``).
+Before each forward the cap prices it, as the server's cap did before deciding the step. Reported:
+
+- per run of ``adaptive`` (where both kinds interleave): the median of seconds over price on its
+  wider forwards over the same on its plain ones, 1 when the cap's ratio is the machine's, above 1
+  when it priced drafts too cheap against plain steps, below when too dear;
+- at the start of every run, the ratio the cap prices a forward of ``--rows`` rows each ``--width``
+  tokens wide at over a plain one (at the forwards' mean slots): its range over the runs;
+- the median of |log(seconds / price)| over every forward of two rows or more.
+
+A forward that carried a newcomer's prompt is in the records at what the engine charged its rows,
+which the server's cap never learned from; they are few, and both replays take them alike.
+
+    python -m benchmarks.cap_pace benchmarks/results/serve_batching_forwards.json \\
+        --profile simulator/profiles/smollm2_cpu_batched.json --out benchmarks/results/cap_pace.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+from adaptive_spec.outputs import check_writable, write_json_atomic
+from adaptive_spec.server.cli import _step_costs
+from policies.batch_cap import BatchDraftCap
+from simulator.speed import forwards, with_slots
+
+VARIANTS = {"with pace": BatchDraftCap.pace_decay, "without": 1.0}
+
+
+def timed_forwards(steps: Sequence[dict]) -> list[dict]:
+    """The server's step records as the forwards its cap observed: each forward's traffic key, rows,
+    tokens per row, seconds (draft and verify) and slots per row, in order.
+
+    >>> rows = [{"time": 0.0, "request_id": r, "key": "k", "proposed": p, "accepted": 0, "draft_s": 0.001,
+    ...          "verify_s": 0.05, "context_len": 11} for r, p in ((1, 4), (2, 0))]
+    >>> timed_forwards(rows)
+    [{'key': 'k', 'time': 0.0, 'rows': 2, 'width': 3.0, 'seconds': 0.051, 'slots': 10}]
+    """
+    return [{"key": rows[0]["key"], "time": round(rows[0]["time"], 3), "rows": len(rows),  # rounded: a file of thousands
+             "width": round(sum(row["proposed"] + 1 for row in rows) / len(rows), 4),
+             "seconds": round(rows[0]["draft_s"] + rows[0]["verify_s"], 6), "slots": slots}
+            for rows, slots in with_slots(forwards(steps))]
+
+
+def replay(timed: Sequence[dict], samples: list, pace_decay: float, rows: int, width: float) -> dict:
+    """``timed`` forwards through a cap warmed from ``samples``; what the module docstring reports."""
+    cap = BatchDraftCap(pace_decay=pace_decay)
+    cap.warm(samples)
+    context = statistics.fmean(f["slots"] for f in timed)
+    runs: dict[str, dict] = {}
+    errors = []
+    for f in timed:
+        run = runs.get(f["key"])
+        if run is None:
+            plain = cap.cost(rows, 1, context)
+            run = runs[f["key"]] = {"start_ratio": cap.cost(rows, width, context) / plain if plain else None,
+                                    "residuals": {"plain": [], "wider": []}}
+        price = cap.cost(f["rows"], f["width"], f["slots"])
+        if f["rows"] >= 2 and price and price > 0:
+            run["residuals"]["wider" if f["width"] > 1 else "plain"].append(f["seconds"] / price)
+            errors.append(abs(math.log(f["seconds"] / price)))
+        cap.observe(f["rows"], f["width"], f["seconds"], f["slots"])
+    starts = [r["start_ratio"] for r in runs.values() if r["start_ratio"] is not None]
+    adaptive = {}
+    for key, run in runs.items():
+        plain, wider = run["residuals"]["plain"], run["residuals"]["wider"]
+        if "adaptive" in key and plain and wider:
+            adaptive[key] = {"ratio_error": statistics.median(wider) / statistics.median(plain),
+                             "plain_forwards": len(plain), "wider_forwards": len(wider)}
+    return {"pace_decay": pace_decay, "start_ratio": {"low": min(starts), "high": max(starts), "runs": len(starts)},
+            "adaptive_runs": adaptive, "median_abs_log_error": statistics.median(errors), "forwards": len(errors)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("forwards", type=Path, help="a server's forwards (serve_batching --forwards-out)")
+    parser.add_argument("--profile", type=Path, required=True, help="the profile the server's cap was warmed from")
+    parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=8, help="the shape whose price ratio is reported at each run's start")
+    parser.add_argument("--width", type=float, default=5.0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.rows < 2 or args.width <= 1:
+        parser.error(f"rows={args.rows}, width={args.width}: the ratio is a batch's (rows >= 2) wider step's (width > 1)")
+    if not args.forwards.is_file():
+        parser.error(f"forwards={str(args.forwards)!r}: no such file")
+    check_writable(args.out, "out")
+    recorded = json.loads(args.forwards.read_text(encoding="utf-8"))
+    timed = recorded["forwards"]
+    if not timed:
+        parser.error(f"forwards={str(args.forwards)!r}: holds no forward")
+    samples = _step_costs(args.profile, args.max_batch, "smollm2")
+    result = {"benchmark": "cap_pace", "forwards_file": str(args.forwards), "profile": str(args.profile),
+              "shape": {"rows": args.rows, "width": args.width}, "source": recorded.get("source"),
+              "variants": {name: replay(timed, samples, decay, args.rows, args.width) for name, decay in VARIANTS.items()}}
+    for name, v in result["variants"].items():
+        errors = " ".join(f"{r['ratio_error']:.3f}" for r in v["adaptive_runs"].values())
+        print(f"{name:>9}: ratio at run starts {v['start_ratio']['low']:.2f}-{v['start_ratio']['high']:.2f} "
+              f"| adaptive runs' wider/plain residual {errors} | median |log error| {v['median_abs_log_error']:.3f}")
+    write_json_atomic(args.out, result, "out")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
