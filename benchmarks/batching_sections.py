@@ -412,3 +412,46 @@ def _overhead_effect(runs: list[dict]) -> str:
 
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
+
+
+PACE_FILES = {"cap_pace.json": "shift stream", "cap_pace_test.json": "held-out prompts",
+              "cap_pace_goodput.json": "shift stream, goodput alone"}
+
+
+def cap_pace_section(results_dir: Path, dates: dict | None) -> str:
+    """The batch cap's prices against the served runs' own forwards, with its pace and without."""
+    present = [n for n in PACE_FILES if (Path(results_dir) / n).exists()]
+    if not present:
+        return ""
+    rows, names, commands = [], [], []
+    for name in present:
+        data = load(results_dir, name)
+        shape = data["shape"]
+        for variant, v in data["variants"].items():
+            errors = [r["ratio_error"] for r in v["adaptive_runs"].values()]
+            spread = (f"{statistics.median(errors):.2f} [{min(errors):.2f}, {max(errors):.2f}]" if errors else "-")
+            rows.append([PACE_FILES[name], variant, f"{v['start_ratio']['low']:.2f} to {v['start_ratio']['high']:.2f}",
+                         spread, f"{statistics.median(abs(e - 1) for e in errors):.3f}" if errors else "-",
+                         f"{v['median_abs_log_error']:.3f}"])
+        forwards = Path(data["forwards_file"]).name
+        names += [name, forwards]
+        commands.append(f".venv/bin/python -m benchmarks.cap_pace benchmarks/results/{forwards} --profile {data['profile']} "
+                        f"--rows {shape['rows']} --width {shape['width']:g} --out benchmarks/results/{name}")
+    what = ("The bound weighs what a wider forward costs against a plain one of the same rows, so the batch cap "
+            "needs the ratio of the two prices, and each of its cost fits learns from its own kind of forward, at "
+            "whatever speed the machine ran when that kind last came. The cap's *pace* (the seconds forwards of any "
+            "kind take per second their fits price them at, over the last forward or two) takes that common speed "
+            "out of what the fits learn. Each run above also wrote every forward its server ran (`--forwards-out`); "
+            "here they are replayed, in order, through a cap warmed from the same profile, once as the server ran "
+            "it (*with pace*) and once without (`pace_decay=1`). Before each forward the cap prices it. *At run "
+            f"starts*: the price of a forward of {shape['rows']} rows each {shape['width']:g} tokens wide over a "
+            "plain one's, lowest and highest over the runs (the machine's shapes do not change between runs, so a "
+            "wide range is the cap's drift). *Ratio error*: per `adaptive` run, the median of seconds over price "
+            "on its wider forwards over the same on its plain ones (1: the cap priced drafts against plain steps as "
+            "the machine ran them; below 1: too dear, so the bound refused drafts it could afford), the median over "
+            "runs, lowest and highest in brackets, and the median distance from 1. *Error*: median |log(seconds / "
+            "price)| over every forward of two rows or more.")
+    header = ["set", "cap", "ratio at run starts", "ratio error", "its median distance from 1", "error"]
+    return "\n\n".join(["## The batch cap's prices against the served runs' forwards", what, table(header, rows),
+                        provenance(results_dir, names, dates, "\n".join(commands), "that of the runs above "
+                                   "(this replays their records)")])

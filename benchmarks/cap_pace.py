@@ -54,6 +54,31 @@ def timed_forwards(steps: Sequence[dict]) -> list[dict]:
             for rows, slots in with_slots(forwards(steps))]
 
 
+COLUMNS = ["key", "time", "rows", "width", "seconds", "slots"]  # a forward's, as written: a row of values
+
+
+def packed(timed: Sequence[dict]) -> dict:
+    """``timed_forwards`` as a file holds them: the traffic keys once, each forward a row of values
+    (its key by index, its time from the first forward's), so a run of thousands stays small."""
+    keys = list(dict.fromkeys(f["key"] for f in timed))
+    start = timed[0]["time"] if timed else 0.0
+    return {"keys": keys, "start_time": start, "columns": COLUMNS,
+            "forwards": [[keys.index(f["key"]), round(f["time"] - start, 3), f["rows"], f["width"], f["seconds"], f["slots"]]
+                         for f in timed]}
+
+
+def unpacked(data: dict) -> list[dict]:
+    """``packed``'s inverse.
+
+    >>> f = {"key": "k", "time": 5.0, "rows": 2, "width": 3.0, "seconds": 0.05, "slots": 10}
+    >>> unpacked(packed([f, {**f, "time": 5.25}])) == [f, {**f, "time": 5.25}]
+    True
+    """
+    keys, start = data["keys"], data["start_time"]
+    return [{"key": keys[key], "time": start + t, "rows": rows, "width": width, "seconds": seconds, "slots": slots}
+            for key, t, rows, width, seconds, slots in data["forwards"]]
+
+
 def replay(timed: Sequence[dict], samples: list, pace_decay: float, rows: int, width: float) -> dict:
     """``timed`` forwards through a cap warmed from ``samples``; what the module docstring reports."""
     cap = BatchDraftCap(pace_decay=pace_decay)
@@ -98,7 +123,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"forwards={str(args.forwards)!r}: no such file")
     check_writable(args.out, "out")
     recorded = json.loads(args.forwards.read_text(encoding="utf-8"))
-    timed = recorded["forwards"]
+    try:
+        timed = unpacked(recorded)
+    except (KeyError, TypeError, ValueError) as exc:
+        parser.error(f"forwards={str(args.forwards)!r}: not a file serve_batching --forwards-out wrote ({exc!r})")
     if not timed:
         parser.error(f"forwards={str(args.forwards)!r}: holds no forward")
     samples = _step_costs(args.profile, args.max_batch, "smollm2")

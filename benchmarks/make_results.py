@@ -30,9 +30,9 @@ from pathlib import Path
 from benchmarks.bench_sections import adaptive_rows, bench_section, best, corpus_section, per_round_of
 from adaptive_spec.paired import compare
 from benchmarks.suffix_sections import present as suffix_workloads, suffix_section
-from benchmarks.batching_sections import (batching_section, packed_forward_section, prefill_chunk_section,
-                                          serve_batching_goodput_section, serve_batching_section,
-                                          serve_tradeoff_section)
+from benchmarks.batching_sections import (batching_section, cap_pace_section, packed_forward_section,
+                                          prefill_chunk_section, serve_batching_goodput_section,
+                                          serve_batching_section, serve_tradeoff_section)
 from benchmarks.serve_shift import phase_plan
 from benchmarks.results_kit import (BENCH_DIR, NOT_REPORTED, PROMPTS, README, README_BEGIN, README_END, RESULTS_DIR,
                                    RESULTS_MD, load, machine_line, provenance, table)
@@ -466,6 +466,7 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         serve_batching_section(results_dir, dates),
         serve_batching_section(results_dir, dates, "serve_batching_test.json",
                                "Batched serving by concurrency, held-out prompts"),
+        cap_pace_section(results_dir, dates),
         serve_batching_goodput_section(results_dir, dates),
         serve_tradeoff_section(results_dir, dates),
         prefill_chunk_section(results_dir, dates),

@@ -45,7 +45,7 @@ from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.server.cli import _step_costs, parse_plain_slowdown
 from adaptive_spec.telemetry.store import read_steps
-from benchmarks.cap_pace import timed_forwards
+from benchmarks.cap_pace import packed, timed_forwards
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
                                     start_server)
 from benchmarks.sim_validation import simulate_trace
@@ -292,7 +292,8 @@ def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], 
         if args.forwards_out is not None:  # every forward since the server started, warm-up included
             write_json_atomic(args.forwards_out, {
                 "source": "serve_batching", "prompts": str(args.prompts), "profile": str(args.profile),
-                "plain_slowdown": args.plain_slowdown, "forwards": timed_forwards(read_steps(store))}, "forwards_out")
+                "plain_slowdown": args.plain_slowdown, **packed(timed_forwards(read_steps(store)))}, "forwards_out",
+                indent=None)
             print(f"wrote {args.forwards_out}")
     finally:
         server.terminate()

@@ -202,6 +202,14 @@ def test_a_bad_plain_slowdown_is_refused_by_name_before_serving(args, message, t
     assert message in capsys.readouterr().err
 
 
+def test_forwards_out_without_a_profile_is_refused_by_name_before_serving(tmp_path, capsys):
+    forwards = tmp_path / "forwards.json"
+    with pytest.raises(SystemExit):  # without --profile the server keeps no step records to write
+        main(["--out", str(tmp_path / "out.json"), "--forwards-out", str(forwards)])
+    assert f"forwards_out={str(forwards)!r}" in capsys.readouterr().err
+    assert not forwards.exists()
+
+
 def test_drafting_is_counted_by_how_many_rows_each_forward_carried():
     # a forward of three rows (two drafted), then one row alone that decoded plainly, then two rows
     def step(t, request, proposed, accepted, verify_s):
