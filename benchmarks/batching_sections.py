@@ -148,7 +148,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                + f"--out benchmarks/results/{name} --plot benchmarks/results/{image}"
                + (f" --prefill-chunk {data['prefill_chunk']}" if "prefill_chunk" in data else "")
                + (f" --plain-slowdown {bound}" if "plain_slowdown" in data and data["plain_slowdown"] != BatchDraftCap.plain_slowdown else "")
-               + (f" --profile {data['profile']} --calibrate" if predicted else ""))
+               + (f" --profile {data['profile']} --calibrate" if predicted else "") + _forwards_out(results_dir, name))
     plot = f"![throughput, latency and drafting by concurrency](results/{image})"
     parts = [f"## {heading}", what, table(header, rows)]
     if data.get("comparisons") and rounds > 1:
@@ -340,7 +340,7 @@ def serve_batching_goodput_section(results_dir: Path, dates: dict | None) -> str
                f"--requests {data['requests']} --max-tokens {data['max_tokens']} --rounds {data['rounds']} "
                f"--prefill-chunk {data['prefill_chunk']} --plain-slowdown off --out benchmarks/results/{name} "
                "--plot benchmarks/results/serve_batching_goodput.png"
-               + (f" --profile {data['profile']} --calibrate" if data.get("profile") else ""))
+               + (f" --profile {data['profile']} --calibrate" if data.get("profile") else "") + _forwards_out(results_dir, name))
     return "\n\n".join(["## Batched serving without the bound on plain requests' slowdown", what,
                         table(["concurrency", "config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
                         "![throughput, latency and drafting by concurrency, goodput alone]"
@@ -368,6 +368,10 @@ def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
             "bound, the fixed configs on the first; every config once a round, in an order rotated from round to "
             "round. Per config the median of the rounds, the lowest and highest in brackets; then each bound "
             "against each fixed config round by round, as above (above 1: `adaptive` better).")
+    before = [n for n in names if "cap_pace_decay" not in load(results_dir, n)]
+    if before:
+        what += (" Measured with the batch cap before it kept its pace ([above](#the-batch-caps-prices-against-the-"
+                 "served-runs-forwards)): each cost fit priced at the speed its own kind of forward last ran.")
     return "\n\n".join(["## Throughput against tail latency, by the bound on plain requests' slowdown", what,
                         *(_tradeoff_block(results_dir, name, dates) for name in names)])
 
@@ -412,6 +416,12 @@ def _overhead_effect(runs: list[dict]) -> str:
 
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
+
+
+def _forwards_out(results_dir: Path, name: str) -> str:
+    """The option that wrote the run's forwards (cap_pace's input), where the file is there."""
+    forwards = f"{Path(name).stem}_forwards.json"
+    return f" --forwards-out benchmarks/results/{forwards}" if (Path(results_dir) / forwards).exists() else ""
 
 
 PACE_FILES = {"cap_pace.json": "shift stream", "cap_pace_test.json": "held-out prompts",

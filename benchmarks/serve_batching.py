@@ -451,6 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         "profile_streams": bool(args.profile and load_profile(args.profile).streams),
         "prefill_chunk": args.prefill_chunk,
         "plain_slowdown": slowdown, "cap_warmed": args.profile is not None,
+        "cap_pace_decay": BatchDraftCap.pace_decay,  # the server's batch cap's (a result from before it has none)
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},
         "rounds": args.rounds, "runs": runs, "comparisons": comparisons,

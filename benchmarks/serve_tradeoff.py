@@ -34,6 +34,7 @@ from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.outputs import check_writable, write_json_atomic
 from adaptive_spec.server.cli import parse_plain_slowdown
 from benchmarks.serve_batching import compare_rounds, loadgen, summarize
+from policies.batch_cap import BatchDraftCap
 from benchmarks.serve_shift import free_port, start_server
 
 FIXED = ("plain", "static:ngram:8")
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
         "benchmark": "serve_tradeoff", "prompts": str(args.prompts), "concurrency": args.concurrency,
         "bounds": bounds, "configs": configs, "max_batch": args.max_batch, "prefill_chunk": args.prefill_chunk,
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "rounds": args.rounds,
-        "endpoint": "chat",
+        "endpoint": "chat", "cap_pace_decay": BatchDraftCap.pace_decay,  # the servers' batch cap's
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},
         "runs": runs, "comparisons": comparisons}, "out")

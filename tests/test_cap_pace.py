@@ -24,8 +24,11 @@ def test_the_ratio_a_cap_without_pace_takes_from_two_spells_at_two_speeds_is_rep
     """Plain traffic on a fast spell, drafting on a slow one, then an adaptive run at the speed
     between: without the pace the cap priced the run's wider forwards too dear against its plain
     ones; with it, near the machine's ratio."""
-    timed = (spell("plain-c4", 0.8, [(4, 1)], 300) + spell("static-c4", 1.25, [(4, 5), (4, 3)], 300)
-             + spell("adaptive-c4", 1.0, [(4, 1), (4, 5), (4, 5), (4, 3)], 120))
+    shapes = [(4, 1), (4, 5), (4, 5), (4, 3)]
+    # a server that has run a while first: its fits hold many forwards, not a profile's few (a young
+    # fit learns fast against the pace, so a spell leaves more of its speed in it)
+    timed = (spell("warm", 1.0, shapes, 400) + spell("plain-c4", 0.8, [(4, 1)], 300)
+             + spell("static-c4", 1.25, [(4, 5), (4, 3)], 300) + spell("adaptive-c4", 1.0, shapes, 120))
     paced, bare = replay(timed, SAMPLES, 0.5, 4, 5.0), replay(timed, SAMPLES, 1.0, 4, 5.0)
     assert set(paced["adaptive_runs"]) == {"adaptive-c4"}  # only the run where both kinds interleave
     assert bare["adaptive_runs"]["adaptive-c4"]["ratio_error"] < 0.85
@@ -43,8 +46,9 @@ def test_the_records_replay_from_a_file_and_an_empty_one_is_refused_by_name(tmp_
 
     profile = tmp_path / "profile.json"
     shutil.copy(Path(__file__).resolve().parents[1] / "simulator/profiles/smollm2_cpu_batched.json", profile)
+    # a forward's rows share its times; the first row drafts 4 tokens on two forwards of three
     rows = [{"time": t * 0.1, "request_id": r, "key": "serve-batching-adaptive-c4-r0", "proposed": p, "accepted": 0,
-             "draft_s": 0.001, "verify_s": 0.06 + 0.01 * p, "context_len": 80 + t} for t in range(40)
+             "draft_s": 0.001, "verify_s": 0.06 + (0.04 if t % 3 else 0.0), "context_len": 80 + t} for t in range(40)
             for r, p in ((1, 4 if t % 3 else 0), (2, 0), (3, 0))]
     forwards = tmp_path / "forwards.json"
     forwards.write_text(json.dumps({"source": "test", **packed(timed_forwards(rows))}))
