@@ -368,10 +368,6 @@ def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
             "bound, the fixed configs on the first; every config once a round, in an order rotated from round to "
             "round. Per config the median of the rounds, the lowest and highest in brackets; then each bound "
             "against each fixed config round by round, as above (above 1: `adaptive` better).")
-    before = [n for n in names if "cap_pace_decay" not in load(results_dir, n)]
-    if before:
-        what += (" Measured with the batch cap before it kept its pace ([above](#the-batch-caps-prices-against-the-"
-                 "served-runs-forwards)): each cost fit priced at the speed its own kind of forward last ran.")
     return "\n\n".join(["## Throughput against tail latency, by the bound on plain requests' slowdown", what,
                         *(_tradeoff_block(results_dir, name, dates) for name in names)])
 
@@ -393,8 +389,11 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
     command = (f".venv/bin/python -m benchmarks.serve_tradeoff --concurrency {data['concurrency']} --bounds {bounds} "
                f"--rounds {data['rounds']} --requests {data['requests']} --max-tokens {data['max_tokens']} "
                f"--prefill-chunk {data['prefill_chunk']} --out benchmarks/results/{name} --plot benchmarks/results/{image}")
+    before = ("" if "cap_pace_decay" in data else
+              "Measured with the batch cap before it kept its pace ([above](#the-batch-caps-prices-against-the-"
+              "served-runs-forwards)): each cost fit priced at the speed its own kind of forward last ran.")
     return "\n\n".join([f"### {data['concurrency']} concurrent requests, {data['rounds']} rounds, {data['requests']} "
-                         f"requests of {data['max_tokens']} new tokens a run",
+                         f"requests of {data['max_tokens']} new tokens a run", *([before] if before else []),
                          table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
                          f"![output tok/s against p95 latency at {data['concurrency']} requests](results/{image})",
                          provenance(results_dir, [name], dates, command, machine_line(data))])
