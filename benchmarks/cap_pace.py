@@ -31,6 +31,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.outputs import check_writable, write_json_atomic
 from adaptive_spec.server.cli import _step_costs
 from policies.batch_cap import BatchDraftCap
@@ -97,15 +98,18 @@ def replay(timed: Sequence[dict], samples: list, pace_decay: float, rows: int, w
             run["residuals"]["wider" if f["width"] > 1 else "plain"].append(f["seconds"] / price)
             errors.append(abs(math.log(f["seconds"] / price)))
         cap.observe(f["rows"], f["width"], f["seconds"], f["slots"])
-    starts = [r["start_ratio"] for r in runs.values() if r["start_ratio"] is not None]
+    starts = [r["start_ratio"] for r in runs.values()]
     adaptive = {}
     for key, run in runs.items():
         plain, wider = run["residuals"]["plain"], run["residuals"]["wider"]
         if "adaptive" in key and plain and wider:
             adaptive[key] = {"ratio_error": statistics.median(wider) / statistics.median(plain),
                              "plain_forwards": len(plain), "wider_forwards": len(wider)}
-    return {"pace_decay": pace_decay, "start_ratio": {"low": min(starts), "high": max(starts), "runs": len(starts)},
-            "adaptive_runs": adaptive, "median_abs_log_error": statistics.median(errors), "forwards": len(errors)}
+    known = [r for r in starts if r is not None]  # none: no step of a batch priced (a profile without them)
+    return {"pace_decay": pace_decay,
+            "start_ratio": {"low": min(known, default=None), "high": max(known, default=None), "runs": len(known)},
+            "adaptive_runs": adaptive, "median_abs_log_error": statistics.median(errors) if errors else None,
+            "forwards": len(errors)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -117,26 +121,39 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--width", type=float, default=5.0)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    if args.rows < 2 or args.width <= 1:
-        parser.error(f"rows={args.rows}, width={args.width}: the ratio is a batch's (rows >= 2) wider step's (width > 1)")
+    if args.rows < 2:
+        parser.error(f"rows={args.rows}: the ratio is a batch's, so rows >= 2")
+    if args.width <= 1:
+        parser.error(f"width={args.width:g}: the ratio is a wider step's over a plain one's, so width > 1")
+    if args.max_batch < 2:
+        parser.error(f"max_batch={args.max_batch}: the server batched, so --max-batch >= 2")
     if not args.forwards.is_file():
         parser.error(f"forwards={str(args.forwards)!r}: no such file")
+    if not args.profile.is_file():
+        parser.error(f"profile={str(args.profile)!r}: no such file")
     check_writable(args.out, "out")
-    recorded = json.loads(args.forwards.read_text(encoding="utf-8"))
     try:
+        recorded = json.loads(args.forwards.read_text(encoding="utf-8"))
         timed = unpacked(recorded)
     except (KeyError, TypeError, ValueError) as exc:
         parser.error(f"forwards={str(args.forwards)!r}: not a file serve_batching --forwards-out wrote ({exc!r})")
     if not timed:
         parser.error(f"forwards={str(args.forwards)!r}: holds no forward")
-    samples = _step_costs(args.profile, args.max_batch, "smollm2")
+    try:
+        samples = _step_costs(args.profile, args.max_batch, "smollm2")
+    except InvalidParameterError as exc:
+        parser.error(str(exc))
     result = {"benchmark": "cap_pace", "forwards_file": str(args.forwards), "profile": str(args.profile),
               "shape": {"rows": args.rows, "width": args.width}, "source": recorded.get("source"),
               "variants": {name: replay(timed, samples, decay, args.rows, args.width) for name, decay in VARIANTS.items()}}
+    if not result["variants"]["with pace"]["forwards"]:
+        parser.error(f"forwards={str(args.forwards)!r}: holds no forward of two rows or more the profile prices")
     for name, v in result["variants"].items():
-        errors = " ".join(f"{r['ratio_error']:.3f}" for r in v["adaptive_runs"].values())
-        print(f"{name:>9}: ratio at run starts {v['start_ratio']['low']:.2f}-{v['start_ratio']['high']:.2f} "
-              f"| adaptive runs' wider/plain residual {errors} | median |log error| {v['median_abs_log_error']:.3f}")
+        errors = " ".join(f"{r['ratio_error']:.3f}" for r in v["adaptive_runs"].values()) or "-"
+        low, high = (v["start_ratio"][end] for end in ("low", "high"))
+        starts = f"{low:.2f}-{high:.2f}" if low is not None else "-"
+        print(f"{name:>9}: ratio at run starts {starts} | adaptive runs' wider/plain residual {errors} "
+              f"| median |log error| {v['median_abs_log_error']:.3f}")
     write_json_atomic(args.out, result, "out")
     print(f"wrote {args.out}")
 

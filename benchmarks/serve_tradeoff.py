@@ -34,8 +34,8 @@ from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.outputs import check_writable, write_json_atomic
 from adaptive_spec.server.cli import parse_plain_slowdown
 from benchmarks.serve_batching import compare_rounds, loadgen, summarize
-from policies.batch_cap import BatchDraftCap
 from benchmarks.serve_shift import free_port, start_server
+from policies.batch_cap import BatchDraftCap
 
 FIXED = ("plain", "static:ngram:8")
 

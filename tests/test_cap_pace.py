@@ -2,6 +2,7 @@
 without, and how far each prices a wider forward against a plain one from the machine's ratio."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ def cost(rows: int, width: float, slots: int = 100) -> float:
     return 0.05 + 0.01 * rows + 0.004 * rows * width + (0.006 * rows if width > 1 else 0.0) + 1e-5 * rows * slots
 
 
+PROFILE = str(Path(__file__).resolve().parents[1] / "simulator/profiles/smollm2_cpu_batched.json")
 SAMPLES = [(rows, width, cost(rows, width), 100) for rows in (2, 4, 8) for width in (1, 1.5, 2, 3, 5, 9)]
 
 
@@ -42,10 +44,9 @@ def test_the_ratio_a_cap_without_pace_takes_from_two_spells_at_two_speeds_is_rep
 
 def test_the_records_replay_from_a_file_and_an_empty_one_is_refused_by_name(tmp_path, capsys):
     import shutil
-    from pathlib import Path
 
     profile = tmp_path / "profile.json"
-    shutil.copy(Path(__file__).resolve().parents[1] / "simulator/profiles/smollm2_cpu_batched.json", profile)
+    shutil.copy(PROFILE, profile)
     # a forward's rows share its times; the first row drafts 4 tokens on two forwards of three
     rows = [{"time": t * 0.1, "request_id": r, "key": "serve-batching-adaptive-c4-r0", "proposed": p, "accepted": 0,
              "draft_s": 0.001, "verify_s": 0.06 + (0.04 if t % 3 else 0.0), "context_len": 80 + t} for t in range(40)
@@ -65,4 +66,26 @@ def test_the_records_replay_from_a_file_and_an_empty_one_is_refused_by_name(tmp_
     forwards.write_text(json.dumps({"forwards": [{"key": "k"}]}))  # not what --forwards-out writes
     with pytest.raises(SystemExit):
         main([str(forwards), "--profile", str(profile), "--out", str(out)])
+    assert f"forwards={str(forwards)!r}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--rows", "1"], "rows=1"), (["--width", "1"], "width=1"), (["--max-batch", "1"], "max_batch=1"),
+    (["--profile", "missing.json"], "profile='missing.json'"),
+])
+def test_bad_arguments_are_refused_by_name(args, named, tmp_path, capsys):
+    forwards = tmp_path / "forwards.json"
+    forwards.write_text(json.dumps(packed([{"key": "k", "time": 0.0, "rows": 2, "width": 3.0, "seconds": 0.05,
+                                            "slots": 10}])))
+    with pytest.raises(SystemExit):
+        main([str(forwards), "--profile", PROFILE, "--out",
+              str(tmp_path / "out.json"), *args])
+    assert named in capsys.readouterr().err
+
+
+def test_a_forwards_file_that_is_not_json_is_refused_by_name(tmp_path, capsys):
+    forwards = tmp_path / "forwards.json"
+    forwards.write_text("not json")
+    with pytest.raises(SystemExit):
+        main([str(forwards), "--profile", PROFILE, "--out", str(tmp_path / "o.json")])
     assert f"forwards={str(forwards)!r}" in capsys.readouterr().err
