@@ -193,8 +193,19 @@ class BatchDraftCap:
     def cost(self, rows: int, width: float, context: float = 0.0) -> float | None:
         """Predicted seconds of a step of ``rows`` rows ``width`` tokens wide at ``context`` slots; None
         before the fit."""
-        coef = self._fit()[width > 1, rows == 1]
-        return None if coef is None else _price(coef, rows, width, context) * self.pace
+        fits = self._fit()
+        coef = fits[width > 1, rows == 1]
+        if coef is None:
+            return None
+        price = _price(coef, rows, width, context)
+        plain = fits[False, rows == 1] if width > 1 else None
+        if plain is not None:
+            # a wider forward does a plain one's work and more: the wide fit, extrapolated to the
+            # narrow widths it has seldom timed (a spell of long drafts teaches it wide ones), must
+            # not price one below a plain step. Below it, a draft passed a bound of 0 and every
+            # row, open-ended ones too, gained credit from the step, which let through the next
+            price = max(price, _price(plain, rows, 1, context))
+        return price * self.pace
 
     @property
     def pace(self) -> float:

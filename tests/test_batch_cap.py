@@ -6,7 +6,7 @@ import random
 import pytest
 
 from policies.acceptance import expected_tokens_by_k
-from policies.batch_cap import BatchDraftCap
+from policies.batch_cap import BatchDraftCap, _price
 
 
 def cpu_like_cost(rows: int, width: float) -> float:
@@ -211,6 +211,21 @@ def test_a_fit_that_prices_a_plain_step_at_or_below_zero_cuts_nothing():
     cap.warm([(rows, 1, 0.05 * rows - 0.3) for rows in (6, 7, 8)] + [(rows, 9, 0.06 * rows) for rows in (6, 7, 8)])
     assert cap.cost(2, 1) <= 0
     assert cap.pick([8, 0], [copying(8), [1.0]], [True, True], PACKED) is None
+
+
+def test_a_wider_step_is_never_priced_below_a_plain_one_of_the_same_rows():
+    """A wide fit taught only long drafts extrapolates to narrow widths by its slopes; priced below
+    a plain step, a one-token draft passed a bound of 0 and gave every row credit."""
+    cap = BatchDraftCap(plain_every=10_000, plain_slowdown=0.0)
+    # the wide fit sees only width 9 (a fixed config's traffic), slightly cheaper per row than the
+    # plain fit's steps would make it: its intercept and width slope cannot be told apart
+    cap.warm([(rows, 1, 0.10 + 0.01 * rows) for rows in (2, 4, 8)] + [(rows, 9, 0.09 + 0.012 * rows) for rows in (2, 4, 8)])
+    unclamped = cap._fit()[True, False]
+    assert _price(unclamped, 4, 1.25) < cap.cost(4, 1)  # the extrapolation the clamp catches
+    assert cap.cost(4, 1.25) == pytest.approx(cap.cost(4, 1))
+    assert cap.cost(4, 9) == pytest.approx(0.09 + 0.012 * 4, rel=0.02)  # what it has timed stands
+    # no row gains credit from such a step (unclamped, each row would have, open-ended ones too)
+    assert max(cap.credits(1.25, [1, 1, 1, 1])) <= 1e-12
 
 
 def test_drafts_that_pay_beside_short_contexts_are_not_taken_for_paying_beside_long_ones():
