@@ -354,7 +354,7 @@ def _median_of(runs: list[dict], value, fmt: str) -> str:
     return f"{fmt.format(mid)} [{fmt.format(values[0])}, {fmt.format(values[-1])}]"
 
 
-TRADEOFF_FILES = ("serve_tradeoff.json", "serve_tradeoff_c8.json")
+TRADEOFF_FILES = ("serve_tradeoff.json", "serve_tradeoff_c8.json", "serve_tradeoff_rate.json")
 
 
 def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
@@ -388,14 +388,21 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
     image = name.replace(".json", ".png")
     command = (f".venv/bin/python -m benchmarks.serve_tradeoff --concurrency {data['concurrency']} --bounds {bounds} "
                f"--rounds {data['rounds']} --requests {data['requests']} --max-tokens {data['max_tokens']} "
-               f"--prefill-chunk {data['prefill_chunk']} --out benchmarks/results/{name} --plot benchmarks/results/{image}")
+               f"--prefill-chunk {data['prefill_chunk']}" + (f" --rate {data['rate']:g}" if data.get("rate") else "")
+               + f" --out benchmarks/results/{name} --plot benchmarks/results/{image}")
     before = ("" if "cap_pace_decay" in data else
               "Measured with the batch cap before it kept its pace ([above](#the-batch-caps-prices-against-the-"
               "served-runs-forwards)): each cost fit priced at the speed its own kind of forward last ran.")
-    return "\n\n".join([f"### {data['concurrency']} concurrent requests, {data['rounds']} rounds, {data['requests']} "
-                         f"requests of {data['max_tokens']} new tokens a run", *([before] if before else []),
+    arriving = (f"{data['rate']:g} requests a second (at most {data['concurrency']} at once)" if data.get("rate")
+            else f"{data['concurrency']} concurrent requests")
+    offered = ([f"The same requests sent at {data['rate']:g} a second, Poisson arrivals at the same seeded times for "
+                "every config, instead of as fast as the concurrency allows: every config serves the same offered "
+                "load, so a config whose answers end sooner is not sent more prompts to prefill while its slowest "
+                "requests run (a closed loop does that: the arrivals table above)."] if data.get("rate") else [])
+    return "\n\n".join([f"### {arriving}, {data['rounds']} rounds, {data['requests']} "
+                         f"requests of {data['max_tokens']} new tokens a run", *offered, *([before] if before else []),
                          table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
-                         f"![output tok/s against p95 latency at {data['concurrency']} requests](results/{image})",
+                         f"![output tok/s against p95 latency, {arriving}](results/{image})",
                          provenance(results_dir, [name], dates, command, machine_line(data))])
 
 

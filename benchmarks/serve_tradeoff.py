@@ -15,6 +15,12 @@ overridden requests alone). Each round runs every config once through ``adaptive
 round, each run on a traffic key of its own. ``adaptive`` under each bound is compared with each
 fixed config round by round (``benchmarks.serve_batching.compare_rounds``).
 
+By default the client keeps ``--concurrency`` requests in flight (a closed loop): a config whose
+answers end sooner is sent its next requests sooner, so its slowest requests share their steps with
+more newcomers' prompts than under plain decoding. ``--rate R`` sends them at R a second instead
+(Poisson arrivals, the same seeded times for every config; at most ``--concurrency`` in flight): every
+config then serves the same offered load, and the latencies compare service alone.
+
     python -m benchmarks.serve_tradeoff --concurrency 4 --bounds 0,0.05,0.15,off --rounds 3 \\
         --out benchmarks/results/serve_tradeoff.json --plot benchmarks/results/serve_tradeoff.png
 """
@@ -61,7 +67,7 @@ def run_all(args: argparse.Namespace, bounds: list[float | None], tmp: Path) -> 
                                                "off" if bound is None else str(bound)]))
             urls[label(bound)] = f"http://127.0.0.1:{port}"
             # warm-up, unrecorded: the first forwards of each shape pay for kernel selection
-            loadgen(urls[label(bound)], argparse.Namespace(**{**vars(args), "requests": args.max_batch}),
+            loadgen(urls[label(bound)], argparse.Namespace(**{**vars(args), "requests": args.max_batch, "rate": None}),
                     "static:ngram:8", args.max_batch, tmp / "warm.json")
         for config in FIXED:
             urls[config] = urls[label(bounds[0])]
@@ -91,12 +97,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rate", type=float, default=None, help="requests per second, Poisson arrivals (default: as "
+                        "fast as --concurrency allows)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args(argv)
     for name in ("concurrency", "max_batch", "prefill_chunk", "requests", "rounds", "max_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"{name}={getattr(args, name)}: must be >= 1")
+    if args.rate is not None and not 0 < args.rate < float("inf"):
+        parser.error(f"rate={args.rate}: must be a number of requests per second > 0 (leave it out for a closed loop)")
     try:
         bounds = [parse_plain_slowdown(b.strip()) for b in args.bounds.split(",") if b.strip()]
     except InvalidParameterError as exc:
@@ -126,13 +136,14 @@ def main(argv: list[str] | None = None) -> None:
         "benchmark": "serve_tradeoff", "prompts": str(args.prompts), "concurrency": args.concurrency,
         "bounds": bounds, "configs": configs, "max_batch": args.max_batch, "prefill_chunk": args.prefill_chunk,
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "rounds": args.rounds,
+        "rate": args.rate,  # None: a closed loop of --concurrency
         "endpoint": "chat", "cap_pace_decay": BatchDraftCap.pace_decay,  # the servers' batch cap's
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},
         "runs": runs, "comparisons": comparisons}, "out")
     print(f"wrote {args.out}")
     if args.plot is not None:
-        plot(runs, configs, args.plot)
+        plot(runs, configs, args.plot, args.rate)
         print(f"wrote {args.plot}")
 
 
@@ -140,7 +151,7 @@ def _spread(values: list[float], fmt: str) -> str:
     return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}, {fmt.format(max(values))}]"
 
 
-def plot(runs: list[dict], configs: list[str], path: Path) -> None:
+def plot(runs: list[dict], configs: list[str], path: Path, rate: float | None = None) -> None:
     """Output tokens/s against p95 end-to-end latency: each config's median over rounds, bars from
     its lowest round to its highest, ``adaptive``'s bounds joined in order."""
     import matplotlib
@@ -166,8 +177,9 @@ def plot(runs: list[dict], configs: list[str], path: Path) -> None:
               label="adaptive, by --plain-slowdown bound")
     rounds = len({r.get("round", 0) for r in runs})
     concurrency = runs[0]["concurrency"]
+    load = f"{rate:g} requests/s, at most {concurrency} at once" if rate else f"{concurrency} concurrent requests"
     axis.set(xlabel="end-to-end latency p95 (s): lower is better", ylabel="output tokens/s (all requests)",
-             title=f"{concurrency} concurrent requests: median of {rounds} rounds, bars lowest to highest")
+             title=f"{load}: median of {rounds} rounds, bars lowest to highest")
     axis.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
