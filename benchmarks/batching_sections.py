@@ -354,7 +354,7 @@ def _median_of(runs: list[dict], value, fmt: str) -> str:
     return f"{fmt.format(mid)} [{fmt.format(values[0])}, {fmt.format(values[-1])}]"
 
 
-TRADEOFF_FILES = ("serve_tradeoff.json", "serve_tradeoff_c8.json", "serve_tradeoff_rate.json")
+TRADEOFF_FILES = ("serve_tradeoff.json", "serve_tradeoff_c8.json", "serve_tradeoff_r05.json", "serve_tradeoff_r08.json")
 
 
 def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
@@ -398,7 +398,10 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
     offered = ([f"The same requests sent at {data['rate']:g} a second, Poisson arrivals at the same seeded times for "
                 "every config, instead of as fast as the concurrency allows: every config serves the same offered "
                 "load, so a config whose answers end sooner is not sent more prompts to prefill while its slowest "
-                "requests run (a closed loop does that: the arrivals table above)."] if data.get("rate") else [])
+                "requests run (a closed loop does that: the arrivals table above)."
+                + (" Every request completed, so each config's throughput is that load's, whatever its speed: what "
+                   "differs is latency." if all(r["completed"] == r["requests"] for r in data["runs"]) else "")]
+               if data.get("rate") else [])
     return "\n\n".join([f"### {arriving}, {data['rounds']} rounds, {data['requests']} "
                          f"requests of {data['max_tokens']} new tokens a run", *offered, *([before] if before else []),
                          table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,

@@ -34,3 +34,34 @@ def test_the_plot_puts_each_config_at_its_median_p95_and_throughput(tmp_path):
     path = tmp_path / "tradeoff.png"
     serve_tradeoff.plot(runs, ["plain", "static:ngram:8", "adaptive@0", "adaptive@off"], path)
     assert path.stat().st_size > 10_000 and path.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("rate", ["0", "-1", "inf", "nan"])
+def test_a_rate_that_is_not_a_positive_number_is_refused_before_any_server_starts(tmp_path, capsys, rate):
+    with pytest.raises(SystemExit) as exc:
+        serve_tradeoff.main(["--rate", rate, "--out", str(tmp_path / "out.json")])
+    assert exc.value.code == 2
+    assert "rate=" in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_loadgen_is_sent_the_rate_or_a_closed_loop(monkeypatch, tmp_path):
+    """The rate reaches the client; without one the client sends as fast as the concurrency allows."""
+    import argparse
+    import json
+
+    from benchmarks import serve_batching
+
+    sent = []
+
+    def fake_run(command, check, cwd):
+        sent.append(command[command.index("--rate") + 1])
+        out = command[command.index("--out") + 1]
+        open(out, "w").write(json.dumps({"summary": {}}))
+
+    monkeypatch.setattr(serve_batching.subprocess, "run", fake_run)
+    args = argparse.Namespace(prompts="p.jsonl", requests=4, max_tokens=8, seed=0, rate=0.5)
+    serve_batching.loadgen("http://127.0.0.1:1", args, "plain", 8, tmp_path / "a.json")
+    serve_batching.loadgen("http://127.0.0.1:1", argparse.Namespace(**{**vars(args), "rate": None}), "plain", 8,
+                           tmp_path / "b.json")
+    assert sent == ["0.5", "inf"]
