@@ -398,7 +398,7 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
               "Measured with the batch cap before it kept its pace ([above](#the-batch-caps-prices-against-the-"
               "served-runs-forwards)): each cost fit priced at the speed its own kind of forward last ran.")
     arriving = (f"{data['rate']:g} requests a second (at most {data['concurrency']} at once)" if data.get("rate")
-            else f"{data['concurrency']} concurrent requests")
+                else f"{data['concurrency']} concurrent requests")
     offered = ([f"The same requests sent at {data['rate']:g} a second, Poisson arrivals at the same seeded times for "
                 "every config, instead of as fast as the concurrency allows: every config serves the same offered "
                 "load, so a config whose answers end sooner is not sent more prompts to prefill while its slowest "

@@ -61,7 +61,8 @@ TIMELINE_WINDOW_S = 5.0  # a run lasts tens of seconds; a window still holds ten
 def loadgen(url: str, args: argparse.Namespace, config: str, concurrency: int, out: Path, round_: int = 0) -> dict:
     speculation, _ = CONFIGS[config]
     command = [sys.executable, "-m", "adaptive_spec.cli", "loadgen", "--url", url, "--prompts", str(args.prompts),
-               "--rate", str(getattr(args, "rate", None) or "inf"), "--max-concurrency", str(concurrency), "--num-requests", str(args.requests),
+               "--rate", str(getattr(args, "rate", None) or "inf"),  # None: as fast as the concurrency allows
+               "--max-concurrency", str(concurrency), "--num-requests", str(args.requests),
                "--max-tokens", str(args.max_tokens), "--temperature", "0", "--seed", str(args.seed),
                "--traffic-key", f"serve-batching-{config}-c{concurrency}-r{round_}", "--extra-body", json.dumps({"speculation": speculation}),
                "--endpoint", "chat", "--out", str(out), "--quiet",

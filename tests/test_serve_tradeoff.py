@@ -1,11 +1,14 @@
 """benchmarks/serve_tradeoff.py: its arguments, its labels and its plot (the served runs themselves
 are the benchmark's; ``test_results_md`` checks the page rendered from them)."""
 
+import argparse
 import doctest
+import json
+from pathlib import Path
 
 import pytest
 
-from benchmarks import serve_tradeoff
+from benchmarks import serve_batching, serve_tradeoff
 
 
 def test_labels_name_each_bound():
@@ -47,17 +50,11 @@ def test_a_rate_that_is_not_a_positive_number_is_refused_before_any_server_start
 
 def test_loadgen_is_sent_the_rate_or_a_closed_loop(monkeypatch, tmp_path):
     """The rate reaches the client; without one the client sends as fast as the concurrency allows."""
-    import argparse
-    import json
-
-    from benchmarks import serve_batching
-
     sent = []
 
     def fake_run(command, check, cwd):
         sent.append(command[command.index("--rate") + 1])
-        out = command[command.index("--out") + 1]
-        open(out, "w").write(json.dumps({"summary": {}}))
+        Path(command[command.index("--out") + 1]).write_text(json.dumps({"summary": {}}))
 
     monkeypatch.setattr(serve_batching.subprocess, "run", fake_run)
     args = argparse.Namespace(prompts="p.jsonl", requests=4, max_tokens=8, seed=0, rate=0.5)
