@@ -38,6 +38,7 @@ from pathlib import Path
 from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.outputs import check_writable, write_json_atomic
+from adaptive_spec.prompts import load_prompts, select_split
 from adaptive_spec.server.cli import parse_plain_slowdown
 from benchmarks.serve_batching import compare_rounds, loadgen, summarize
 from benchmarks.serve_shift import free_port, start_server
@@ -89,6 +90,8 @@ def run_all(args: argparse.Namespace, bounds: list[float | None], tmp: Path) -> 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=Path, default=Path("benchmarks/shift.jsonl"))
+    parser.add_argument("--split", default=None, help="only the prompts of this split (e.g. dev, of "
+                        "benchmarks/corpus/corpus.jsonl: the prompts a bound may be chosen on)")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--bounds", default="0,0.05,0.15,off", help="comma-separated --plain-slowdown values")
     parser.add_argument("--max-batch", type=int, default=8)
@@ -115,6 +118,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"bounds={args.bounds!r}: needs at least one value, each once")
     if not args.prompts.is_file():
         parser.error(f"prompts={str(args.prompts)!r}: no such file")
+    if args.split is not None:
+        try:  # before any server starts: a typo must not run the whole set or fail after minutes
+            select_split(load_prompts(args.prompts), args.split, str(args.prompts))
+        except InvalidParameterError as exc:
+            parser.error(str(exc))
     for path, name in ((args.out, "out"), (args.plot, "plot")):
         if path is not None:
             check_writable(path, name)
@@ -133,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{c['reference']} / {c['config']}: tok/s x{t['median']:.2f} [{t['low']:.2f}, {t['high']:.2f}] "
               f"{t['verdict']}; p95 x{p['median']:.2f} [{p['low']:.2f}, {p['high']:.2f}] {p['verdict']}")
     write_json_atomic(args.out, {
-        "benchmark": "serve_tradeoff", "prompts": str(args.prompts), "concurrency": args.concurrency,
+        "benchmark": "serve_tradeoff", "prompts": str(args.prompts), **({"split": args.split} if args.split else {}),
+        "concurrency": args.concurrency,
         "bounds": bounds, "configs": configs, "max_batch": args.max_batch, "prefill_chunk": args.prefill_chunk,
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "rounds": args.rounds,
         "rate": args.rate,  # None: a closed loop of --concurrency
