@@ -8,6 +8,7 @@ from pathlib import Path
 
 from benchmarks.results_kit import load, machine_line, provenance, table
 from benchmarks.serve_batching import arrivals_seen, compare_best_fixed, pooled_by_rows
+from benchmarks.serve_tradeoff import choose_bound, label
 from policies.batch_cap import BatchDraftCap
 
 
@@ -354,7 +355,8 @@ def _median_of(runs: list[dict], value, fmt: str) -> str:
     return f"{fmt.format(mid)} [{fmt.format(values[0])}, {fmt.format(values[-1])}]"
 
 
-TRADEOFF_FILES = ("serve_tradeoff.json", "serve_tradeoff_c8.json", "serve_tradeoff_r05.json", "serve_tradeoff_r08.json")
+TRADEOFF_FILES = ("serve_tradeoff.json", "serve_tradeoff_c8.json", "serve_tradeoff_r05.json", "serve_tradeoff_r08.json",
+                  "serve_tradeoff_dev_c4.json", "serve_tradeoff_dev_c8.json")
 
 
 def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
@@ -369,7 +371,38 @@ def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
             "round. Per config the median of the rounds, the lowest and highest in brackets; then each bound "
             "against each fixed config round by round, as above (above 1: `adaptive` better).")
     return "\n\n".join(["## Throughput against tail latency, by the bound on plain requests' slowdown", what,
-                        *(_tradeoff_block(results_dir, name, dates) for name in names)])
+                        *(_tradeoff_block(results_dir, name, dates) for name in names), _bound_choice(results_dir, names)])
+
+
+def _bound_choice(results_dir: Path, names: list[str]) -> str:
+    """How the server's default bound follows from the dev prompts' runs (``serve_tradeoff.choose_bound``)."""
+    files = [d for d in (load(results_dir, n) for n in names) if d.get("split") and not d.get("rate")]
+    if not files:
+        return ""
+    default = BatchDraftCap.plain_slowdown
+    choice = choose_bound(files, default)
+    rows = []
+    for b in dict.fromkeys(b for d in files for b in d["bounds"]):
+        cells = []
+        for d in files:
+            c = next((c for c in d["comparisons"] if c["reference"] == label(b) and c["config"] == choice["against"]), None)
+            cells += [_spread(c["throughput"]), _spread(c["e2el_p95"])] if c else ["-", "-"]
+        worst = choice["worst"].get(label(b))
+        rows.append([f"`{label(b)}`", *cells, "-" if worst is None else f"{worst:.2f}×"])
+    heads = [h for d in files for h in (f"{d['concurrency']} requests: tok/s", "p95")]
+    said = "off" if default is None else f"{default:g}"
+    verdict = (f"The server's default, `--plain-slowdown {said}`, is that choice"
+               if choice["chosen"] == default else
+               f"By this rule the default would be `{label(choice['chosen'])}`; the server's is `--plain-slowdown {said}`")
+    return "\n\n".join([
+        "### Choosing the default bound",
+        f"The rule, fixed before the dev runs above were made: per bound, its worst median ratio against "
+        f"`{choice['against']}` (the fixed config with the throughput) over output tok/s and p95, at each "
+        f"concurrency run on the dev prompts (above 1: `adaptive` better in both); the bound whose worst is the "
+        f"largest, unless the default's is within {choice['margin']:.2f} of it. A bound chosen so on the dev "
+        f"prompts is then measured on the held-out ones ([above](#batched-serving-by-concurrency-held-out-prompts)).",
+        table(["bound", *heads, "worst"], rows),
+        f"{verdict}: the largest worst case is `{label(choice['best'])}`'s, {choice['worst'][label(choice['best'])]:.2f}×."])
 
 
 def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
@@ -390,7 +423,9 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
                          for c in data["comparisons"]])
     bounds = ",".join("off" if b is None else f"{b:g}" for b in data["bounds"])
     image = name.replace(".json", ".png")
-    command = (f".venv/bin/python -m benchmarks.serve_tradeoff --concurrency {data['concurrency']} --bounds {bounds} "
+    split = data.get("split")
+    prompts = f"--prompts {data['prompts']} --split {split} " if split else ""
+    command = (f".venv/bin/python -m benchmarks.serve_tradeoff {prompts}--concurrency {data['concurrency']} --bounds {bounds} "
                f"--rounds {data['rounds']} --requests {data['requests']} --max-tokens {data['max_tokens']} "
                f"--prefill-chunk {data['prefill_chunk']}" + (f" --rate {data['rate']:g}" if data.get("rate") else "")
                + f" --out benchmarks/results/{name} --plot benchmarks/results/{image}")
@@ -406,8 +441,12 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
                 + (" Every request completed, so each config's throughput is that load's, whatever its speed: what "
                    "differs is latency." if all(r["completed"] == r["requests"] for r in data["runs"]) else "")]
                if data.get("rate") else [])
-    return "\n\n".join([f"### {arriving}, {data['rounds']} rounds, {data['requests']} "
-                         f"requests of {data['max_tokens']} new tokens a run", *offered, *([before] if before else []),
+    chosen = ([f"{data['requests']} requests a run from [`{Path(data['prompts']).name}`](corpus/{Path(data['prompts']).name})'s `{split}` "
+               "split (the same seeded choice every run) instead of the shift stream: prompts of every kind that the "
+               "held-out figures above do not use, on which the server's default bound was chosen ([below]"
+               "(#choosing-the-default-bound))."] if split else [])
+    return "\n\n".join([f"### {arriving}{f', {split} prompts' if split else ''}, {data['rounds']} rounds, {data['requests']} "
+                         f"requests of {data['max_tokens']} new tokens a run", *chosen, *offered, *([before] if before else []),
                          table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
                          f"![output tok/s against p95 latency, {arriving}](results/{image})",
                          provenance(results_dir, [name], dates, command, machine_line(data))])

@@ -43,7 +43,7 @@ from pathlib import Path
 from adaptive_spec.outputs import check_writable, write_json_atomic
 from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
-from adaptive_spec.server.cli import _step_costs, parse_plain_slowdown
+from adaptive_spec.server.cli import _step_costs, format_plain_slowdown, parse_plain_slowdown
 from adaptive_spec.telemetry.store import read_steps
 from benchmarks.cap_pace import packed, timed_forwards
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="a profile from `calibrate --per-prompt --batch-sizes ...` on --prompts: predict every "
                              "run with the simulator's batching replica")
     parser.add_argument("--calibrate", action="store_true", help="write --profile first (calibrate on --prompts)")
-    parser.add_argument("--plain-slowdown", default=str(BatchDraftCap.plain_slowdown),
+    parser.add_argument("--plain-slowdown", default=format_plain_slowdown(BatchDraftCap.plain_slowdown),
                         help="the server's --plain-slowdown (what others' drafts may cost a request decoding plainly; "
                              "'off': none); the simulator's replica runs the same")
     parser.add_argument("--forwards-out", type=Path, default=None,

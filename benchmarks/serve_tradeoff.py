@@ -56,6 +56,35 @@ def label(bound: float | None) -> str:
     return f"adaptive@{'off' if bound is None else f'{bound:g}'}"
 
 
+def choose_bound(files: list[dict], default: float | None, against: str = "static:ngram:8",
+                 margin: float = 0.02) -> dict:
+    """The bound to serve by default, from runs on prompts the published figures do not use (``files``:
+    this benchmark's outputs, one concurrency each): per bound, its worst median ratio against
+    ``against`` (the fixed config with the throughput) over throughput and p95 at every concurrency
+    (above 1: ``adaptive`` better in both); the bound whose worst is the largest, unless ``default``'s
+    is within ``margin`` of it (a difference that small is noise over a few rounds: the default stays).
+
+    >>> run = lambda c, t, p: {"reference": c, "config": "static:ngram:8", "throughput": {"median": t},
+    ...                        "e2el_p95": {"median": p}}
+    >>> f = [{"bounds": [0.05, None], "comparisons": [run("adaptive@0.05", 0.95, 1.1), run("adaptive@off", 1.04, 1.0)]}]
+    >>> choose_bound(f, 0.05)["chosen"], choose_bound(f, 0.05, margin=0.1)["chosen"]
+    (None, 0.05)
+    """
+    worst: dict[str, float] = {}
+    bounds = {label(b): b for data in files for b in data["bounds"]}
+    for data in files:
+        for c in data["comparisons"]:
+            if c["config"] == against and c["reference"] in bounds:
+                w = min(c["throughput"]["median"], c["e2el_p95"]["median"])
+                worst[c["reference"]] = min(worst.get(c["reference"], w), w)
+    if not worst:
+        raise ValueError(f"no run compares a bound with {against}")
+    best = max(worst, key=worst.get)
+    keep = label(default) in worst and worst[label(default)] >= worst[best] - margin
+    return {"worst": worst, "best": bounds[best], "chosen": default if keep else bounds[best], "against": against,
+            "margin": margin}
+
+
 def run_all(args: argparse.Namespace, bounds: list[float | None], tmp: Path) -> list[dict]:
     """Every round of every config, each bound's ``adaptive`` on its own server."""
     servers, urls = [], {}

@@ -42,7 +42,7 @@ batched steps one is plain whatever pays: the cost fit needs one-token-wide step
 price the jump to multi-token rows, and drafting that keeps winning would otherwise starve it of
 them (a full batch then drifts into drafting that loses, priced from stale costs).
 
-The bound: a row that verifies nothing this step (its controller or gate found nothing worth
+The bound (``plain_slowdown``, off unless set): a row that verifies nothing this step (its controller or gate found nothing worth
 drafting) gains nothing from the others' drafts and pays for the wider forward, and one with a weak
 draft gains little more. So a length is allowed only if, for every row, the step costs at most
 ``1 + plain_slowdown`` plain steps of the same rows per token the row expects from it (one, for a
@@ -77,7 +77,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from policies.guard import GuardConfig
 from policies.validation import check_int
 
 FEATURES = {False: 3, True: 4}  # of each cost fit (``_features``): plain steps' and wider ones'
@@ -105,13 +104,12 @@ class BatchDraftCap:
     # prices at the speed its own kind last ran
     pace_decay: float = 0.5
     # the most a step may cost a row over a plain step of the same rows, per token the row expects
-    # from it: a row that verifies nothing gains nothing from the others' drafts and pays for the
-    # wider forward, so without a bound the batch's goodput buys copying rows' speed with
-    # open-ended rows' latency.
-    # The guard's own tolerance of a speculative step against plain ones: a request is not made
-    # slower than plain decoding by its neighbours either (benchmarks/serve_tradeoff.py measures
-    # others). None: the batch's goodput alone decides
-    plain_slowdown: float | None = GuardConfig.off_margin
+    # from it (the bound, module docstring). None: the batch's goodput alone decides. Off by default:
+    # chosen by a rule fixed before the runs, on the corpus's dev prompts, against drafting always, at 4
+    # and 8 requests in flight (benchmarks/serve_tradeoff.py, ``choose_bound``): every bound tried
+    # there made throughput or p95 worse than none did. An operator who wants open-ended requests
+    # kept near plain decoding's latency, at the cost of throughput, sets one (0.05: 5%)
+    plain_slowdown: float | None = None
     # each fit's sums, by its key in FITS
     _sums: dict[tuple[bool, bool], tuple[list[list[float]], list[float]]] = field(
         default_factory=lambda: {key: ([[0.0] * FEATURES[key[0]] for _ in range(FEATURES[key[0]])],

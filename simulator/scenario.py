@@ -366,7 +366,7 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         _flag(rep.get("draft_cap", True), "replicas.draft_cap"),
         None if rep.get("prefill_chunk") is None else
         int(_num(rep["prefill_chunk"], "replicas.prefill_chunk", integer=True)),
-        _slowdown(rep.get("plain_slowdown", BatchDraftCap.plain_slowdown)),
+        _slowdown(rep["plain_slowdown"]) if "plain_slowdown" in rep else BatchDraftCap.plain_slowdown,
         _flag(rep.get("prefill_rides", True), "replicas.prefill_rides"),
     )
     if replicas.prefill_chunk is not None and replicas.mode != "batching":  # would do nothing, silently

@@ -62,3 +62,31 @@ def test_loadgen_is_sent_the_rate_or_a_closed_loop(monkeypatch, tmp_path):
     serve_batching.loadgen("http://127.0.0.1:1", argparse.Namespace(**{**vars(args), "rate": None}), "plain", 8,
                            tmp_path / "b.json")
     assert sent == ["0.5", "inf"]
+
+
+def test_a_split_with_no_prompts_is_refused_before_any_server_starts(tmp_path, capsys, monkeypatch):
+    started = []
+    monkeypatch.setattr(serve_tradeoff, "start_server", lambda *a, **k: started.append(a))
+    with pytest.raises(SystemExit) as exc:
+        serve_tradeoff.main(["--prompts", "benchmarks/corpus/corpus.jsonl", "--split", "dve",
+                             "--out", str(tmp_path / "out.json")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "split='dve'" in err and "dev, test" in err
+    assert not started and not (tmp_path / "out.json").exists()
+
+
+def test_the_split_reaches_loadgen(monkeypatch, tmp_path):
+    """The dev prompts a bound is chosen on, not the whole corpus."""
+    sent = []
+
+    def fake_run(command, check, cwd):
+        sent.append(command[command.index("--split") + 1] if "--split" in command else None)
+        Path(command[command.index("--out") + 1]).write_text(json.dumps({"summary": {}}))
+
+    monkeypatch.setattr(serve_batching.subprocess, "run", fake_run)
+    args = argparse.Namespace(prompts="p.jsonl", requests=4, max_tokens=8, seed=0, rate=None, split="dev")
+    serve_batching.loadgen("http://127.0.0.1:1", args, "plain", 4, tmp_path / "a.json")
+    serve_batching.loadgen("http://127.0.0.1:1", argparse.Namespace(**{**vars(args), "split": None}), "plain", 4,
+                           tmp_path / "b.json")
+    assert sent == ["dev", None]

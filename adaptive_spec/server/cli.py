@@ -14,6 +14,15 @@ from adaptive_spec.errors import InvalidParameterError
 from policies.batch_cap import BatchDraftCap
 
 
+def format_plain_slowdown(value: float | None) -> str:
+    """The ``--plain-slowdown`` that ``parse_plain_slowdown`` reads back as ``value``.
+
+    >>> format_plain_slowdown(None), format_plain_slowdown(0.05)
+    ('off', '0.05')
+    """
+    return "off" if value is None else f"{value:g}"
+
+
 def serve(
     model: str = typer.Option("smollm2", help="smollm2 | gemma3 | a local Hugging Face folder. Served as this name."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (a non-loopback address needs --api-key)."),
@@ -30,7 +39,7 @@ def serve(
                                                 "joins over several steps)."),
     profile: Optional[Path] = typer.Option(None, help="With --max-batch above 1: a profile from `adaptive-spec calibrate "
                                            "--batch-sizes ...` whose timed steps start the batch's cost model."),
-    plain_slowdown: str = typer.Option(str(BatchDraftCap.plain_slowdown), "--plain-slowdown", help="With --max-batch "
+    plain_slowdown: str = typer.Option(format_plain_slowdown(BatchDraftCap.plain_slowdown), "--plain-slowdown", help="With --max-batch "
                                        "above 1: the most others' drafts may slow a request, as a fraction of plain "
                                        "decoding, per token it expects from the step, widened by what its own accepted "
                                        "drafts saved it; 'off': the batch's goodput alone decides, "
