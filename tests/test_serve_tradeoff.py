@@ -90,3 +90,29 @@ def test_the_split_reaches_loadgen(monkeypatch, tmp_path):
     serve_batching.loadgen("http://127.0.0.1:1", argparse.Namespace(**{**vars(args), "split": None}), "plain", 4,
                            tmp_path / "b.json")
     assert sent == ["dev", None]
+
+
+def test_the_server_default_round_trips_through_its_flag():
+    """The benchmarks pass the cap's default to the server as a flag: 'off' for none."""
+    from adaptive_spec.server.cli import format_plain_slowdown, parse_plain_slowdown
+
+    for value in (None, 0.0, 0.05, 0.3):
+        assert parse_plain_slowdown(format_plain_slowdown(value)) == value
+
+
+def test_the_default_bound_is_the_one_whose_worst_ratio_is_largest():
+    def compared(bound, tok_s, p95):
+        return {"reference": serve_tradeoff.label(bound), "config": "static:ngram:8",
+                "throughput": {"median": tok_s}, "e2el_p95": {"median": p95}}
+
+    c4 = {"bounds": [0.05, 0.15, None], "comparisons": [compared(0.05, 0.95, 1.01), compared(0.15, 1.00, 1.00),
+                                                        compared(None, 1.09, 1.06)]}
+    c8 = {"bounds": [0.05, 0.15, None], "comparisons": [compared(0.05, 1.03, 1.15), compared(0.15, 1.10, 1.11),
+                                                        compared(None, 1.07, 0.99)]}
+    choice = serve_tradeoff.choose_bound([c4, c8], 0.05)
+    assert choice["worst"] == {"adaptive@0.05": 0.95, "adaptive@0.15": 1.00, "adaptive@off": 0.99}
+    assert choice["best"] == 0.15 and choice["chosen"] == 0.15
+    # the default within the margin of the best stays
+    assert serve_tradeoff.choose_bound([c4, c8], 0.05, margin=0.06)["chosen"] == 0.05
+    with pytest.raises(ValueError, match="static:ngram:8"):
+        serve_tradeoff.choose_bound([{"bounds": [0.05], "comparisons": []}], 0.05)
