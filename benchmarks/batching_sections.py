@@ -308,7 +308,30 @@ def packed_forward_section(results_dir: Path, dates: dict | None) -> str:
 
 def serve_batching_goodput_section(results_dir: Path, dates: dict | None) -> str:
     """The same served benchmark with the batch cap's plain-row bound off (the batch's goodput alone)."""
-    name = "serve_batching_goodput.json"
+    return _served_summary(
+        results_dir, dates, "serve_batching_goodput.json",
+        "Batched serving without the bound on plain requests' slowdown",
+        "The shift stream's command with `--plain-slowdown off`"
+        + (" (the server's default)" if BatchDraftCap.plain_slowdown is None else "") + ": the batch cap maximises "
+        "the batch's goodput alone, with no bound on what the others' drafts cost a request decoding plainly (the "
+        "packed forward already runs).", "goodput alone")
+
+
+def serve_batching_bounded_section(results_dir: Path, dates: dict | None) -> str:
+    """The held-out run under the bound the server had by default before it was chosen on dev prompts."""
+    return _served_summary(
+        results_dir, dates, "serve_batching_test_b005.json",
+        "Batched serving on held-out prompts, bound 0.05",
+        "The held-out command above with `--plain-slowdown 0.05`, the server's default before the bound was "
+        "chosen on dev prompts ([how](#choosing-the-default-bound)), run the same day before it (the profile named "
+        "below has since been calibrated again, by that run): requests decoding plainly "
+        "are kept within 5% of plain decoding's cost per token, widened by their own accepted drafts.",
+        "held-out prompts, bound 0.05")
+
+
+def _served_summary(results_dir: Path, dates: dict | None, name: str, heading: str, intro: str, caption: str) -> str:
+    """A ``serve_batching`` file in brief: per config and concurrency the median of the rounds, then
+    ``adaptive`` against each fixed config."""
     if not (Path(results_dir) / name).exists():
         return ""
     data = load(results_dir, name)
@@ -319,9 +342,7 @@ def serve_batching_goodput_section(results_dir: Path, dates: dict | None) -> str
             rows.append([str(level), f"`{config}`", _median_of(mine, lambda r: r["output_tokens_per_s"], "{:.1f}"),
                          _median_of(mine, lambda r: r["e2el_s"]["p95"], "{:.2f}"),
                          _median_of(mine, lambda r: r["speculative_step_share"], "{:.0%}")])
-    what = (f"The same command with `--plain-slowdown off`: the batch cap maximises the batch's goodput alone, with "
-            "no bound on what the others' drafts cost a request decoding plainly (the packed forward already "
-            f"runs). {data['rounds']} rounds; per config and concurrency the median of the rounds, the lowest and "
+    what = (f"{intro} {data['rounds']} rounds; per config and concurrency the median of the rounds, the lowest and "
             "highest in brackets; then `adaptive` against each fixed config as above.")
     if data.get("cap_warmed"):
         what += (f" The server's batch cap starts from [`{Path(data['profile']).name}`](../{data['profile']}) "
@@ -337,15 +358,20 @@ def serve_batching_goodput_section(results_dir: Path, dates: dict | None) -> str
     comparisons = table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
                         [[str(c["concurrency"]), f"`{c['config']}`", _spread(c["throughput"]), c["throughput"]["verdict"],
                           _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])
-    command = (f".venv/bin/python -m benchmarks.serve_batching --concurrency {','.join(map(str, data['concurrency']))} "
+    image = name.replace(".json", ".png")
+    bound = "off" if data.get("plain_slowdown") is None else f"{data['plain_slowdown']:g}"
+    prompts = data["prompts"]
+    command = (".venv/bin/python -m benchmarks.serve_batching "
+               + (f"--prompts {prompts} " if prompts != "benchmarks/shift.jsonl" else "")
+               + (f"--split {data['split']} " if data.get("split") else "")
+               + f"--concurrency {','.join(map(str, data['concurrency']))} "
                f"--requests {data['requests']} --max-tokens {data['max_tokens']} --rounds {data['rounds']} "
-               f"--prefill-chunk {data['prefill_chunk']} --plain-slowdown off --out benchmarks/results/{name} "
-               "--plot benchmarks/results/serve_batching_goodput.png"
+               f"--prefill-chunk {data['prefill_chunk']} --plain-slowdown {bound} --out benchmarks/results/{name} "
+               f"--plot benchmarks/results/{image}"
                + (f" --profile {data['profile']} --calibrate" if data.get("profile") else "") + _forwards_out(results_dir, name))
-    return "\n\n".join(["## Batched serving without the bound on plain requests' slowdown", what,
+    return "\n\n".join([f"## {heading}", what,
                         table(["concurrency", "config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
-                        "![throughput, latency and drafting by concurrency, goodput alone]"
-                        "(results/serve_batching_goodput.png)",
+                        f"![throughput, latency and drafting by concurrency, {caption}](results/{image})",
                         provenance(results_dir, [name], dates, command, machine_line(data))])
 
 

@@ -31,7 +31,8 @@ from benchmarks.bench_sections import adaptive_rows, bench_section, best, corpus
 from adaptive_spec.paired import compare
 from benchmarks.suffix_sections import present as suffix_workloads, suffix_section
 from benchmarks.batching_sections import (batching_section, cap_pace_section, packed_forward_section,
-                                          prefill_chunk_section, serve_batching_goodput_section,
+                                          prefill_chunk_section, serve_batching_bounded_section,
+                                          serve_batching_goodput_section,
                                           serve_batching_section, serve_tradeoff_section)
 from benchmarks.serve_shift import phase_plan
 from benchmarks.results_kit import (BENCH_DIR, NOT_REPORTED, PROMPTS, README, README_BEGIN, README_END, RESULTS_DIR,
@@ -466,6 +467,7 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         serve_batching_section(results_dir, dates),
         serve_batching_section(results_dir, dates, "serve_batching_test.json",
                                "Batched serving by concurrency, held-out prompts"),
+        serve_batching_bounded_section(results_dir, dates),
         cap_pace_section(results_dir, dates),
         serve_batching_goodput_section(results_dir, dates),
         serve_tradeoff_section(results_dir, dates),
