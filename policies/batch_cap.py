@@ -42,9 +42,9 @@ batched steps one is plain whatever pays: the cost fit needs one-token-wide step
 price the jump to multi-token rows, and drafting that keeps winning would otherwise starve it of
 them (a full batch then drifts into drafting that loses, priced from stale costs).
 
-The bound (``plain_slowdown``, off unless set): a row that verifies nothing this step (its controller or gate found nothing worth
-drafting) gains nothing from the others' drafts and pays for the wider forward, and one with a weak
-draft gains little more. So a length is allowed only if, for every row, the step costs at most
+The bound (``plain_slowdown``, off unless set): a row that verifies nothing this step (its
+controller or gate found nothing worth drafting) gains nothing from the others' drafts and pays for
+the wider forward, and one with a weak draft gains little more. So a length is allowed only if, for every row, the step costs at most
 ``1 + plain_slowdown`` plain steps of the same rows per token the row expects from it (one, for a
 row that verifies nothing), plus the row's credit: no request is made slower than plain decoding
 by its neighbours beyond the bound. A row's credit (``credits``) is kept over its request's life:
@@ -107,8 +107,10 @@ class BatchDraftCap:
     # from it (the bound, module docstring). None: the batch's goodput alone decides. Off by default:
     # chosen by a rule fixed before the runs, on the corpus's dev prompts, against drafting always, at 4
     # and 8 requests in flight (benchmarks/serve_tradeoff.py, ``choose_bound``): every bound tried
-    # there made throughput or p95 worse than none did. An operator who wants open-ended requests
-    # kept near plain decoding's latency, at the cost of throughput, sets one (0.05: 5%)
+    # there left ``adaptive``'s worse ratio against it, of throughput and p95, below that with none.
+    # A bound trades throughput for open-ended requests' speed beside copying ones (the held-out runs
+    # under each, benchmarks/RESULTS.md); an operator who wants those kept near plain decoding's
+    # cost per token sets one (0.05: 5%)
     plain_slowdown: float | None = None
     # each fit's sums, by its key in FITS
     _sums: dict[tuple[bool, bool], tuple[list[list[float]], list[float]]] = field(

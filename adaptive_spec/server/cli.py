@@ -39,11 +39,11 @@ def serve(
                                                 "joins over several steps)."),
     profile: Optional[Path] = typer.Option(None, help="With --max-batch above 1: a profile from `adaptive-spec calibrate "
                                            "--batch-sizes ...` whose timed steps start the batch's cost model."),
-    plain_slowdown: str = typer.Option(format_plain_slowdown(BatchDraftCap.plain_slowdown), "--plain-slowdown", help="With --max-batch "
-                                       "above 1: the most others' drafts may slow a request, as a fraction of plain "
-                                       "decoding, per token it expects from the step, widened by what its own accepted "
-                                       "drafts saved it; 'off': the batch's goodput alone decides, "
-                                       "faster copying requests, slower open-ended ones."),
+    plain_slowdown: str = typer.Option(format_plain_slowdown(BatchDraftCap.plain_slowdown), "--plain-slowdown",
+                                       help="With --max-batch above 1: the most others' drafts may slow a request, "
+                                       "as a fraction of plain decoding, per token it expects from the step, widened "
+                                       "by what its own accepted drafts saved it (0.05: 5%); 'off': the batch's "
+                                       "goodput alone decides, faster copying requests, slower open-ended ones."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
     suffix_max_tokens: int = typer.Option(100_000, help="With the suffix drafter: tokens of past outputs kept per "
                                           "traffic key (oldest dropped first)."),
