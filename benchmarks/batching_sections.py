@@ -397,7 +397,8 @@ def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
             "round. Per config the median of the rounds, the lowest and highest in brackets; then each bound "
             "against each fixed config round by round, as above (above 1: `adaptive` better).")
     return "\n\n".join(["## Throughput against tail latency, by the bound on plain requests' slowdown", what,
-                        *(_tradeoff_block(results_dir, name, dates) for name in names), _bound_choice(results_dir, names)])
+                        *(_tradeoff_block(results_dir, name, dates) for name in names),
+                        _bound_choice(results_dir, names)])
 
 
 RULE_DEFAULT = 0.05  # the server's --plain-slowdown when the rule below was fixed: kept on a near tie
@@ -414,7 +415,8 @@ def _bound_choice(results_dir: Path, names: list[str]) -> str:
     for b in dict.fromkeys(b for d in files for b in d["bounds"]):
         cells = []
         for d in files:
-            c = next((c for c in d["comparisons"] if c["reference"] == label(b) and c["config"] == choice["against"]), None)
+            c = next((c for c in d["comparisons"]
+                      if c["reference"] == label(b) and c["config"] == choice["against"]), None)
             cells += [_spread(c["throughput"]), _spread(c["e2el_p95"])] if c else ["-", "-"]
         worst = choice["worst"].get(label(b))
         rows.append([f"`{label(b)}`", *cells, "-" if worst is None else f"{worst:.2f}×"])
@@ -422,7 +424,8 @@ def _bound_choice(results_dir: Path, names: list[str]) -> str:
     said = "off" if default is None else f"{default:g}"
     verdict = (f"The server's default, `--plain-slowdown {said}`, is that choice"
                if choice["chosen"] == default else
-               f"By this rule the default would be `{label(choice['chosen'])}`; the server's is `--plain-slowdown {said}`")
+               f"By this rule the default would be `{label(choice['chosen'])}`; the server's is "
+               f"`--plain-slowdown {said}`")
     return "\n\n".join([
         "### Choosing the default bound",
         f"The rule, fixed before the dev runs above were made: per bound, its worst median ratio against "
@@ -432,7 +435,8 @@ def _bound_choice(results_dir: Path, names: list[str]) -> str:
         f"{choice['margin']:.2f} of it. A bound chosen so on the dev prompts is then measured on the held-out "
         "ones ([above](#batched-serving-by-concurrency-held-out-prompts)).",
         table(["bound", *heads, "worst"], rows),
-        f"{verdict}: the largest worst case is `{label(choice['best'])}`'s, {choice['worst'][label(choice['best'])]:.2f}×. "
+        f"{verdict}: the largest worst case is `{label(choice['best'])}`'s, "
+        f"{choice['worst'][label(choice['best'])]:.2f}×. "
         + _consistency(files, choice)])
 
 
@@ -470,7 +474,8 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
     image = name.replace(".json", ".png")
     split = data.get("split")
     prompts = f"--prompts {data['prompts']} --split {split} " if split else ""
-    command = (f".venv/bin/python -m benchmarks.serve_tradeoff {prompts}--concurrency {data['concurrency']} --bounds {bounds} "
+    command = (f".venv/bin/python -m benchmarks.serve_tradeoff {prompts}--concurrency {data['concurrency']} "
+               f"--bounds {bounds} "
                f"--rounds {data['rounds']} --requests {data['requests']} --max-tokens {data['max_tokens']} "
                f"--prefill-chunk {data['prefill_chunk']}" + (f" --rate {data['rate']:g}" if data.get("rate") else "")
                + f" --out benchmarks/results/{name} --plot benchmarks/results/{image}")
@@ -486,12 +491,14 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
                 + (" Every request completed, so each config's throughput is that load's, whatever its speed: what "
                    "differs is latency." if all(r["completed"] == r["requests"] for r in data["runs"]) else "")]
                if data.get("rate") else [])
-    chosen = ([f"{data['requests']} requests a run from [`{Path(data['prompts']).name}`](corpus/{Path(data['prompts']).name})'s `{split}` "
+    corpus = Path(data["prompts"]).name
+    chosen = ([f"{data['requests']} requests a run from [`{corpus}`](corpus/{corpus})'s `{split}` "
                "split (the same seeded choice every run) instead of the shift stream: prompts of every kind that the "
                "held-out figures above do not use, on which the server's default bound was chosen ([below]"
                "(#choosing-the-default-bound))."] if split else [])
-    return "\n\n".join([f"### {arriving}{f', {split} prompts' if split else ''}, {data['rounds']} rounds, {data['requests']} "
-                         f"requests of {data['max_tokens']} new tokens a run", *chosen, *offered, *([before] if before else []),
+    heading = (f"### {arriving}{f', {split} prompts' if split else ''}, {data['rounds']} rounds, "
+               f"{data['requests']} requests of {data['max_tokens']} new tokens a run")
+    return "\n\n".join([heading, *chosen, *offered, *([before] if before else []),
                          table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
                          f"![output tok/s against p95 latency, {arriving}](results/{image})",
                          provenance(results_dir, [name], dates, command, machine_line(data))])

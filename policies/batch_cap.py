@@ -44,9 +44,9 @@ them (a full batch then drifts into drafting that loses, priced from stale costs
 
 The bound (``plain_slowdown``, off unless set): a row that verifies nothing this step (its
 controller or gate found nothing worth drafting) gains nothing from the others' drafts and pays for
-the wider forward, and one with a weak draft gains little more. So a length is allowed only if, for every row, the step costs at most
-``1 + plain_slowdown`` plain steps of the same rows per token the row expects from it (one, for a
-row that verifies nothing), plus the row's credit: no request is made slower than plain decoding
+the wider forward, and one with a weak draft gains little more. So a length is allowed only if,
+for every row, the step costs at most ``1 + plain_slowdown`` plain steps of the same rows per token
+the row expects from it (one, for a row that verifies nothing), plus the row's credit: no request is made slower than plain decoding
 by its neighbours beyond the bound. A row's credit (``credits``) is kept over its request's life:
 the predicted seconds its tokens so far would have cost as plain steps of the same batches, with
 the margin, less the predicted seconds its steps cost. A row ahead of that (its own drafts were
