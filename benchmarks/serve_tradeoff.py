@@ -42,18 +42,76 @@ from adaptive_spec.prompts import load_prompts, select_split
 from adaptive_spec.server.cli import parse_plain_slowdown
 from benchmarks.serve_batching import compare_rounds, loadgen, summarize
 from benchmarks.serve_shift import free_port, start_server
-from policies.batch_cap import BatchDraftCap
+from policies.batch_cap import OBJECTIVES, BatchDraftCap
 
 FIXED = ("plain", "static:ngram:8")
 
 
-def label(bound: float | None) -> str:
-    """The config name of ``adaptive`` under a bound.
+def label(bound: float | None, objective: str = BatchDraftCap.objective) -> str:
+    """The config name of ``adaptive`` under a bound (and an objective other than goodput).
 
-    >>> label(0.05), label(None)
-    ('adaptive@0.05', 'adaptive@off')
+    >>> label(0.05), label(None), label(None, "power")
+    ('adaptive@0.05', 'adaptive@off', 'adaptive@power:off')
     """
-    return f"adaptive@{'off' if bound is None else f'{bound:g}'}"
+    said = "off" if bound is None else f"{bound:g}"
+    return f"adaptive@{said}" if objective == "goodput" else f"adaptive@{objective}:{said}"
+
+
+def parse_variant(text: str) -> tuple[float | None, str]:
+    """A ``--bounds`` entry: a bound (``0.05``, ``off``), optionally after the batch objective it
+    serves under (``power:off``; without one, goodput).
+
+    >>> parse_variant("0.05"), parse_variant(" power:off ")
+    ((0.05, 'goodput'), (None, 'power'))
+    """
+    objective, _, bound = text.strip().rpartition(":")
+    objective = objective or "goodput"
+    if objective not in OBJECTIVES:
+        raise InvalidParameterError("batch_objective", objective, f"expected one of {', '.join(OBJECTIVES)}")
+    return parse_plain_slowdown(bound), objective
+
+
+def variants(data: dict) -> list[tuple[float | None, str]]:
+    """A file's ``adaptive`` variants: its bounds, each with its objective (files before objectives:
+    goodput)."""
+    return list(zip(data["bounds"], data.get("objectives", ["goodput"] * len(data["bounds"]))))
+
+
+def worst_ratios(files: list[dict], against: tuple[str, ...]) -> dict[str, float]:
+    """Per ``adaptive`` variant (by label): its worst median ratio against any of ``against``, over
+    throughput and p95, in every file (above 1: ``adaptive`` better in all)."""
+    worst: dict[str, float] = {}
+    for data in files:
+        names = {label(*v) for v in variants(data)}
+        for c in data["comparisons"]:
+            if c["config"] in against and c["reference"] in names:
+                w = min(c["throughput"]["median"], c["e2el_p95"]["median"])
+                worst[c["reference"]] = min(worst.get(c["reference"], w), w)
+    if not worst:
+        raise ValueError(f"no run compares a variant with {', '.join(against)}")
+    return worst
+
+
+def choose_variant(files: list[dict], default: str, against: tuple[str, ...] = FIXED, margin: float = 0.02) -> dict:
+    """The ``adaptive`` variant (bound and objective, by label) to serve by default, from runs on
+    prompts the published figures do not use: the one whose worst median ratio against every fixed
+    config (``against``: drafting always, which has the throughput, and plain decoding, which has the
+    p95 of the requests that draft nothing), over throughput and p95 at every concurrency, is the
+    largest, unless ``default``'s is within ``margin`` of it. Against plain decoding too, unlike
+    ``choose_bound``: the service is never to be slower than plain decoding, at the tail included.
+
+    >>> run = lambda c, f, t, p: {"reference": c, "config": f, "throughput": {"median": t}, "e2el_p95": {"median": p}}
+    >>> f = [{"bounds": [None, None], "objectives": ["goodput", "power"], "comparisons": [
+    ...     run("adaptive@off", "static:ngram:8", 1.05, 1.0), run("adaptive@off", "plain", 1.1, 0.85),
+    ...     run("adaptive@power:off", "static:ngram:8", 0.97, 1.02), run("adaptive@power:off", "plain", 1.08, 1.0)]}]
+    >>> choose_variant(f, "adaptive@off")["chosen"], choose_variant(f, "adaptive@off", margin=0.2)["chosen"]
+    ('adaptive@power:off', 'adaptive@off')
+    """
+    worst = worst_ratios(files, against)
+    best = max(worst, key=worst.get)
+    keep = default in worst and worst[default] >= worst[best] - margin
+    return {"worst": worst, "best": best, "chosen": default if keep else best, "against": list(against),
+            "margin": margin}
 
 
 def choose_bound(files: list[dict], default: float | None, against: str = "static:ngram:8",
@@ -70,13 +128,11 @@ def choose_bound(files: list[dict], default: float | None, against: str = "stati
     >>> choose_bound(f, 0.05)["chosen"], choose_bound(f, 0.05, margin=0.1)["chosen"]
     (None, 0.05)
     """
-    worst: dict[str, float] = {}
     bounds = {label(b): b for data in files for b in data["bounds"]}
-    for data in files:
-        for c in data["comparisons"]:
-            if c["config"] == against and c["reference"] in bounds:
-                w = min(c["throughput"]["median"], c["e2el_p95"]["median"])
-                worst[c["reference"]] = min(worst.get(c["reference"], w), w)
+    try:
+        worst = {name: w for name, w in worst_ratios(files, (against,)).items() if name in bounds}
+    except ValueError:
+        worst = {}
     if not worst:
         raise ValueError(f"no run compares a bound with {against}")
     best = max(worst, key=worst.get)
@@ -85,23 +141,25 @@ def choose_bound(files: list[dict], default: float | None, against: str = "stati
             "margin": margin}
 
 
-def run_all(args: argparse.Namespace, bounds: list[float | None], tmp: Path) -> list[dict]:
-    """Every round of every config, each bound's ``adaptive`` on its own server."""
+def run_all(args: argparse.Namespace, chosen: list[tuple[float | None, str]], tmp: Path) -> list[dict]:
+    """Every round of every config, each variant's ``adaptive`` (bound, objective) on its own server."""
     servers, urls = [], {}
     try:
-        for bound in bounds:
+        for bound, objective in chosen:
             port = free_port()
-            print(f"starting a server with --plain-slowdown {'off' if bound is None else bound} ...", flush=True)
+            said = "off" if bound is None else str(bound)
+            print(f"starting a server with --plain-slowdown {said} --batch-objective {objective} ...", flush=True)
             servers.append(start_server(port, ["--max-batch", str(args.max_batch), "--prefill-chunk",
                                                str(args.prefill_chunk), "--drafters", "ngram", "--plain-slowdown",
-                                               "off" if bound is None else str(bound)]))
-            urls[label(bound)] = f"http://127.0.0.1:{port}"
+                                               said, "--batch-objective", objective]))
+            urls[label(bound, objective)] = f"http://127.0.0.1:{port}"
             # warm-up, unrecorded: the first forwards of each shape pay for kernel selection
-            loadgen(urls[label(bound)], argparse.Namespace(**{**vars(args), "requests": args.max_batch, "rate": None}),
+            loadgen(urls[label(bound, objective)],
+                    argparse.Namespace(**{**vars(args), "requests": args.max_batch, "rate": None}),
                     "static:ngram:8", args.max_batch, tmp / "warm.json")
         for config in FIXED:
-            urls[config] = urls[label(bounds[0])]
-        configs, runs = [*FIXED, *(label(b) for b in bounds)], []
+            urls[config] = urls[label(*chosen[0])]
+        configs, runs = [*FIXED, *(label(*v) for v in chosen)], []
         for round_ in range(args.rounds):
             shift = round_ % len(configs)
             for config in configs[shift:] + configs[:shift]:
@@ -122,7 +180,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", default=None, help="only the prompts of this split (e.g. dev, of "
                         "benchmarks/corpus/corpus.jsonl: the prompts a bound may be chosen on)")
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--bounds", default="0,0.05,0.15,off", help="comma-separated --plain-slowdown values")
+    parser.add_argument("--bounds", default="0,0.05,0.15,off", help="comma-separated --plain-slowdown values, each "
+                        "optionally after a --batch-objective (power:off; without one, goodput)")
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--prefill-chunk", type=int, default=PREFILL_CHUNK)
     parser.add_argument("--requests", type=int, default=16)
@@ -140,10 +199,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.rate is not None and not 0 < args.rate < float("inf"):
         parser.error(f"rate={args.rate}: must be a number of requests per second > 0 (leave it out for a closed loop)")
     try:
-        bounds = [parse_plain_slowdown(b.strip()) for b in args.bounds.split(",") if b.strip()]
+        chosen = [parse_variant(b) for b in args.bounds.split(",") if b.strip()]
     except InvalidParameterError as exc:
         parser.error(f"bounds={args.bounds!r}: {exc}")
-    if not bounds or len({label(b) for b in bounds}) != len(bounds):
+    if not chosen or len({label(*v) for v in chosen}) != len(chosen):
         parser.error(f"bounds={args.bounds!r}: needs at least one value, each once")
     if not args.prompts.is_file():
         parser.error(f"prompts={str(args.prompts)!r}: no such file")
@@ -156,15 +215,15 @@ def main(argv: list[str] | None = None) -> None:
         if path is not None:
             check_writable(path, name)
     with tempfile.TemporaryDirectory() as tmp:
-        runs = run_all(args, bounds, Path(tmp))
-    configs = [*FIXED, *(label(b) for b in bounds)]
+        runs = run_all(args, chosen, Path(tmp))
+    configs = [*FIXED, *(label(*v) for v in chosen)]
     for config in configs:
         mine = [r for r in runs if r["config"] == config]
         print(f"{config:>16}: tok/s {_spread([r['output_tokens_per_s'] for r in mine], '{:.1f}')}  p95 s "
               f"{_spread([r['e2el_s']['p95'] for r in mine], '{:.2f}')}  drafting "
               f"{_spread([r['speculative_step_share'] for r in mine], '{:.0%}')}")
-    comparisons = [c for b in bounds for fixed in FIXED
-                   for c in [compare_rounds(runs, fixed, args.concurrency, reference=label(b))] if c is not None]
+    comparisons = [c for v in chosen for fixed in FIXED
+                   for c in [compare_rounds(runs, fixed, args.concurrency, reference=label(*v))] if c is not None]
     for c in comparisons:
         t, p = c["throughput"], c["e2el_p95"]
         print(f"{c['reference']} / {c['config']}: tok/s x{t['median']:.2f} [{t['low']:.2f}, {t['high']:.2f}] "
@@ -172,7 +231,9 @@ def main(argv: list[str] | None = None) -> None:
     write_json_atomic(args.out, {
         "benchmark": "serve_tradeoff", "prompts": str(args.prompts), **({"split": args.split} if args.split else {}),
         "concurrency": args.concurrency,
-        "bounds": bounds, "configs": configs, "max_batch": args.max_batch, "prefill_chunk": args.prefill_chunk,
+        "bounds": [b for b, _ in chosen],
+        **({"objectives": [o for _, o in chosen]} if any(o != "goodput" for _, o in chosen) else {}),
+        "configs": configs, "max_batch": args.max_batch, "prefill_chunk": args.prefill_chunk,
         "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "rounds": args.rounds,
         "rate": args.rate,  # None: a closed loop of --concurrency
         "endpoint": "chat", "cap_pace_decay": BatchDraftCap.pace_decay,  # the servers' batch cap's
@@ -187,6 +248,12 @@ def main(argv: list[str] | None = None) -> None:
 
 def _spread(values: list[float], fmt: str) -> str:
     return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}, {fmt.format(max(values))}]"
+
+
+def _point_name(config: str) -> str:
+    """``adaptive@power:off`` -> ``power, bound off``; ``adaptive@0.05`` -> ``bound 0.05``."""
+    objective, _, bound = config.split("@")[1].rpartition(":")
+    return f"{objective}, bound {bound}" if objective else f"bound {bound}"
 
 
 def plot(runs: list[dict], configs: list[str], path: Path, rate: float | None = None) -> None:
@@ -208,11 +275,11 @@ def plot(runs: list[dict], configs: list[str], path: Path, rate: float | None = 
         fixed = config in FIXED
         axis.errorbar(mx, my, xerr=[[mx - min(x)], [max(x) - mx]], yerr=[[my - min(y)], [max(y) - my]],
                       marker="s" if fixed else "o", color="tab:gray" if fixed else "tab:blue", capsize=3)
-        axis.annotate(config if fixed else "bound " + config.split("@")[1], (mx, my), textcoords="offset points",
+        axis.annotate(config if fixed else _point_name(config), (mx, my), textcoords="offset points",
                       xytext=(6, -14) if fixed else (6, 6), fontsize=9, color="tab:gray" if fixed else "tab:blue")
     adaptive = [points[c] for c in configs if c in points and c not in FIXED]
     axis.plot([p[0] for p in adaptive], [p[1] for p in adaptive], color="tab:blue", alpha=0.5,
-              label="adaptive, by --plain-slowdown bound")
+              label="adaptive, by [--batch-objective,] --plain-slowdown bound")
     rounds = len({r.get("round", 0) for r in runs})
     concurrency = runs[0]["concurrency"]
     load = f"{rate:g} requests/s, at most {concurrency} at once" if rate else f"{concurrency} concurrent requests"

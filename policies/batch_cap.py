@@ -5,7 +5,7 @@ row more, and on CPU a multi-token row costs more than its width alone says (oth
 so a draft that pays alone may not pay in a full batch. The batched engine therefore lets each
 row draft what its own controller and match gate keep, and then cuts the drafts of the rows that
 learning controllers serve to a common longest length ``c`` (0: they decode plainly this step),
-chosen by ``BatchDraftCap.pick`` to maximise the step's expected goodput:
+chosen by ``BatchDraftCap.pick`` to maximise the step's expected goodput (or its power, below):
 
     sum over rows of expected_tokens(row, min(draft, c))  /  cost(rows, width(c), context)
 
@@ -56,7 +56,15 @@ for one step stopped every other row's drafts on that step. A row whose draft th
 nothing decodes plainly, and its controller learns a plain step (``DecodeSession.overrule``), not a
 miss of its drafter.
 
-The machine's pace: the bound weighs a wider step against a plain one, so it needs their ratio,
+The objective (``objective``): goodput counts a token as a token whichever row it comes from, so a
+cut that doubles a copying row's tokens pays for a wider step that every open-ended row beside it
+waits through; those rows, which gain nothing from drafts, are the latency tail. "power" weighs the
+two as the classical power of a queue does (throughput over delay): the step's goodput over the
+seconds per token of its slowest row, the step's cost over that row's expected tokens (one, for a
+row that verifies nothing). While a row drafts nothing, a longer cut must raise the batch's tokens
+by twice the share it raises the step's cost, not once; where every row drafts, the slowest row's
+own gain counts toward it. The trade is priced by who pays for it, with no bound to set.
+ the bound weighs a wider step against a plain one, so it needs their ratio,
 and each fit learns from its own kind of step alone, at whatever speed the machine ran when that
 kind last came. A spell of plain traffic taught the plain fit at one speed and a spell of drafting
 the wider fit at another; on a machine whose speed swings by a quarter within seconds, the ratio a
@@ -79,6 +87,7 @@ from dataclasses import dataclass, field
 
 from policies.validation import check_int
 
+OBJECTIVES = ("goodput", "power")  # what ``pick`` maximises (module docstring)
 FEATURES = {False: 3, True: 4}  # of each cost fit (``_features``): plain steps' and wider ones'
 # each fit's key: (wider than one token a row, a single row); a single row's steps, never cut, are
 # priced apart from batches' (module docstring)
@@ -112,6 +121,9 @@ class BatchDraftCap:
     # under each, benchmarks/RESULTS.md); an operator who wants those kept near plain decoding's
     # cost per token sets one (0.05: 5%)
     plain_slowdown: float | None = None
+    # what a cut maximises (module docstring, "The objective"): "goodput", the batch's expected tokens
+    # per second, or "power", that over the seconds per token of the step's slowest row
+    objective: str = "goodput"
     # each fit's sums, by its key in FITS
     _sums: dict[tuple[bool, bool], tuple[list[list[float]], list[float]]] = field(
         default_factory=lambda: {key: ([[0.0] * FEATURES[key[0]] for _ in range(FEATURES[key[0]])],
@@ -126,6 +138,8 @@ class BatchDraftCap:
         check_int("plain_every", self.plain_every, 1)
         if self.plain_slowdown is not None and not 0 <= self.plain_slowdown < float("inf"):
             raise ValueError(f"plain_slowdown must be >= 0 or None, got plain_slowdown={self.plain_slowdown!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got objective={self.objective!r}")
         self._steps = self._last_plain = 0  # batched steps picked for, and the last one that was plain
         self._coef: dict[tuple[bool, bool], list[float] | None] | None = None  # each fit's weights (None: no step of its kind yet)
         self._log_pace = 0.0  # 0: the units of the samples ``warm`` took (a calibrated profile's seconds)
@@ -170,12 +184,20 @@ class BatchDraftCap:
             if c and self.plain_slowdown is not None and any(
                     spent > (1 + self.plain_slowdown) * base * t + max(0.0, x) for t, x in zip(tokens, credit)):
                 continue  # a row would be slower than plain decoding by more than the bound and its credit
-            value = sum(tokens) / spent if spent > 0 else float("inf")
+            value = self._value(tokens, spent)
             if value > best_value:  # ties go to the shorter cut
                 best, best_value = c, value
         if best == 0 and not any(n for n, b in zip(lengths, bound) if not b):
             self._last_plain = self._steps
         return best
+
+    def _value(self, tokens: list[float], spent: float) -> float:
+        """What a cut is worth: the objective of its step, ``tokens`` expected per row in ``spent`` seconds."""
+        if spent <= 0:
+            return float("inf")
+        goodput = sum(tokens) / spent
+        # power: goodput over the slowest row's seconds per token (at least a plain row's, a step)
+        return goodput if self.objective == "goodput" else goodput * min(tokens) / spent
 
     def credits(self, width: float, emitted: Sequence[int], context: float = 0.0) -> list[float] | None:
         """What a step of ``len(emitted)`` rows, ``width`` tokens wide, adds to each row's credit:

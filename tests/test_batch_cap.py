@@ -128,6 +128,32 @@ def test_the_cut_is_the_length_with_the_most_expected_tokens_per_second(rows, ra
         assert cap.pick(lengths, expected, [True] * rows, scored) == max(truth, key=truth.get), (rows, rate)
 
 
+@pytest.mark.parametrize("copiers", [1, 2, 4])
+@pytest.mark.parametrize("rate", [0.6, 0.95])
+def test_power_is_goodput_over_the_slowest_rows_seconds_per_token(copiers, rate):
+    """Against a brute force over every length, with the true costs: copying rows beside rows that
+    verify nothing, the cut maximising the step's tokens times its fewest over its cost squared."""
+    cap = warmed(objective="power")
+    lengths = [8] * copiers + [0] * (4 - copiers)
+    expected = [copying(8, rate)] * copiers + [[1.0]] * (4 - copiers)
+    truth = {}
+    for c in range(9):
+        tokens = [e[min(n, c)] for n, e in zip(lengths, expected)]
+        seconds = cpu_like_cost(4, PACKED([1 + min(n, c) for n in lengths]) / 4)
+        truth[c] = sum(tokens) * min(tokens) / seconds ** 2
+    assert cap.pick(lengths, expected, [True] * 4, PACKED) == max(truth, key=truth.get)
+
+
+def test_power_spares_the_rows_that_draft_nothing_where_goodput_would_not():
+    """One copying row beside three open-ended ones: the wider step's jump makes the copier's
+    tokens pay for the batch (goodput) but not for the three that wait through it (power); once
+    every row copies, no row only waits and power drafts as goodput does."""
+    lone, idle = [8, 0, 0, 0], [copying(8), [1.0], [1.0], [1.0]]
+    assert warmed().pick(lone, idle, [True] * 4, PACKED) == 8
+    assert warmed(objective="power").pick(lone, idle, [True] * 4, PACKED) == 0
+    assert warmed(objective="power").pick([8] * 4, [copying(8)] * 4, [True] * 4, PACKED) == 8
+
+
 def test_drafts_that_pay_in_a_small_batch_are_cut_in_a_full_one():
     cap = warmed(plain_slowdown=None)
     modest = copying(8, 0.6)
@@ -278,7 +304,8 @@ def test_a_batch_that_has_only_drafted_makes_one_step_plain_to_price_it():
 
 
 @pytest.mark.parametrize("kwargs", [{"decay": 0.0}, {"decay": 1.5}, {"plain_every": 0}, {"plain_slowdown": -0.1},
-                                    {"plain_slowdown": float("nan")}, {"pace_decay": 1.1}, {"pace_decay": -0.1}])
+                                    {"plain_slowdown": float("nan")}, {"pace_decay": 1.1}, {"pace_decay": -0.1},
+                                    {"objective": "latency"}])
 def test_bad_settings_are_refused_by_name(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         BatchDraftCap(**kwargs)

@@ -17,7 +17,8 @@ def test_labels_name_each_bound():
 
 
 @pytest.mark.parametrize("bounds, said", [("0,-1", "plain_slowdown"), ("fast", "plain_slowdown"),
-                                          ("0.05,0.05", "each once"), (",", "at least one")])
+                                          ("0.05,0.05", "each once"), (",", "at least one"),
+                                          ("latency:off", "batch_objective"), ("off,goodput:off", "each once")])
 def test_a_bad_bound_is_refused_before_any_server_starts(tmp_path, capsys, bounds, said):
     with pytest.raises(SystemExit) as exc:
         serve_tradeoff.main(["--bounds", bounds, "--out", str(tmp_path / "out.json")])

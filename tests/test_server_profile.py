@@ -26,3 +26,9 @@ def test_the_profiles_timed_steps_warm_the_batch_cap_of_the_served_engine():
                 assert abs(cap.cost(4, 5, context) - timed[(4, 5, context)]) / timed[(4, 5, context)] < 0.5
             reply = http.post("/v1/completions", json={"model": "tiny", "prompt": "<1> <2> <3> <1> <2>", "max_tokens": 8})
             assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 8
+
+
+def test_the_batch_objective_reaches_the_served_engines_cap():
+    with one_thread(), live_server(tiny_decoder(), Settings(max_batch=4, batch_objective="power")) as (url, app):
+        assert wait_until(lambda: app.state.service.worker is not None)
+        assert app.state.service.worker.engine.draft_cap.objective == "power"

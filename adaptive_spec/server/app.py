@@ -40,6 +40,7 @@ class Settings:
     prefill_chunk: int = PREFILL_CHUNK  # batched: prompt tokens a step prefills while other jobs decode
     step_costs: tuple = ()  # batched: (rows, width, seconds) of timed steps that warm the batch's draft cap
     plain_slowdown: float | None = BatchDraftCap.plain_slowdown  # batched: what others' drafts may cost a plain row
+    batch_objective: str = BatchDraftCap.objective  # batched: what the batch's drafts maximise
     max_body_bytes: int = 1 << 20
     chat_max_tokens: int = 512  # a chat request without max_tokens: this, or what the context leaves
     grace_s: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
@@ -78,7 +79,8 @@ class Service:
 
             self.worker = BatchedWorker(decoder, self.settings.max_queue, self.settings.max_batch,
                                         prefill_chunk=self.settings.prefill_chunk, step_costs=self.settings.step_costs,
-                                        plain_slowdown=self.settings.plain_slowdown)
+                                        plain_slowdown=self.settings.plain_slowdown,
+                                        objective=self.settings.batch_objective)
         else:
             self.worker = EngineWorker(decoder, self.settings.max_queue)
 

@@ -11,7 +11,7 @@ import typer
 
 from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
-from policies.batch_cap import BatchDraftCap
+from policies.batch_cap import OBJECTIVES, BatchDraftCap
 
 
 def format_plain_slowdown(value: float | None) -> str:
@@ -44,6 +44,11 @@ def serve(
                                        "as a fraction of plain decoding, per token it expects from the step, widened "
                                        "by what its own accepted drafts saved it (0.05: 5%); 'off': the batch's "
                                        "goodput alone decides, faster copying requests, slower open-ended ones."),
+    batch_objective: str = typer.Option(BatchDraftCap.objective, "--batch-objective",
+                                        help="With --max-batch above 1: what the batch's drafts maximise: 'goodput' "
+                                        "(tokens per second of the batch) or 'power' (that over the seconds per token "
+                                        "of the step's slowest request: drafts that slow requests drafting nothing "
+                                        "must pay twice)."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
     suffix_max_tokens: int = typer.Option(100_000, help="With the suffix drafter: tokens of past outputs kept per "
                                           "traffic key (oldest dropped first)."),
@@ -70,6 +75,8 @@ def serve(
     _check_positive_int("max_queue", max_queue)
     _check_positive_int("max_batch", max_batch)
     parse_plain_slowdown(plain_slowdown)  # refused before the model loads
+    if batch_objective not in OBJECTIVES:
+        raise InvalidParameterError("batch_objective", batch_objective, f"expected one of {', '.join(OBJECTIVES)}")
     if prefill_chunk is not None:
         _check_positive_int("prefill_chunk", prefill_chunk)
         if max_batch == 1:  # one request at a time: nothing decodes while it prefills
@@ -123,7 +130,7 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(api_key=api_key, max_queue=max_queue, max_batch=max_batch, max_body_bytes=max_body_bytes,
                         grace_s=grace_s, prefill_chunk=prefill_chunk, step_costs=step_costs,
-                        plain_slowdown=parse_plain_slowdown(plain_slowdown))
+                        plain_slowdown=parse_plain_slowdown(plain_slowdown), batch_objective=batch_objective)
     run(create_app(load, model, settings, on_shutdown=save_history), host, port)
 
 
