@@ -8,7 +8,7 @@ from pathlib import Path
 
 from benchmarks.results_kit import load, machine_line, provenance, table
 from benchmarks.serve_batching import arrivals_seen, compare_best_fixed, pooled_by_rows
-from benchmarks.serve_tradeoff import choose_bound, label
+from benchmarks.serve_tradeoff import choose_bound, choose_variant, label, variants
 from policies.batch_cap import BatchDraftCap
 
 
@@ -79,6 +79,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
              else "copy-heavy and open-ended")
     what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve --max-batch {data['max_batch']} --drafters ngram"
             + (f" --plain-slowdown {bound}" if "plain_slowdown" in data else "")
+            + (f" --batch-objective {data['batch_objective']}" if "batch_objective" in data else "")
             + (f" --profile {Path(data['profile']).name}`" if data.get("cap_warmed") else "`")
             + (" (its batch cap's costs warm-started from the profile below): " if data.get("cap_warmed") else ": ")
             + f"{data['requests']} requests per run from [`{prompts.name}`]({link}) "
@@ -149,6 +150,8 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                + f"--out benchmarks/results/{name} --plot benchmarks/results/{image}"
                + (f" --prefill-chunk {data['prefill_chunk']}" if "prefill_chunk" in data else "")
                + (f" --plain-slowdown {bound}" if "plain_slowdown" in data and data["plain_slowdown"] != BatchDraftCap.plain_slowdown else "")
+               + (f" --batch-objective {data['batch_objective']}" if data.get("batch_objective", BatchDraftCap.objective)
+                  != BatchDraftCap.objective else "")
                + (f" --profile {data['profile']} --calibrate" if predicted else "") + _forwards_out(results_dir, name))
     plot = f"![throughput, latency and drafting by concurrency](results/{image})"
     parts = [f"## {heading}", what, table(header, rows)]
@@ -366,7 +369,9 @@ def _served_summary(results_dir: Path, dates: dict | None, name: str, heading: s
                + (f"--split {data['split']} " if data.get("split") else "")
                + f"--concurrency {','.join(map(str, data['concurrency']))} "
                f"--requests {data['requests']} --max-tokens {data['max_tokens']} --rounds {data['rounds']} "
-               f"--prefill-chunk {data['prefill_chunk']} --plain-slowdown {bound} --out benchmarks/results/{name} "
+               f"--prefill-chunk {data['prefill_chunk']} --plain-slowdown {bound} "
+               + (f"--batch-objective {data['batch_objective']} " if "batch_objective" in data else "")
+               + f"--out benchmarks/results/{name} "
                f"--plot benchmarks/results/{image}"
                + (f" --profile {data['profile']} --calibrate" if data.get("profile") else "") + _forwards_out(results_dir, name))
     return "\n\n".join([f"## {heading}", what,
@@ -382,7 +387,8 @@ def _median_of(runs: list[dict], value, fmt: str) -> str:
 
 
 TRADEOFF_FILES = ("serve_tradeoff.json", "serve_tradeoff_c8.json", "serve_tradeoff_r05.json", "serve_tradeoff_r08.json",
-                  "serve_tradeoff_dev_c4.json", "serve_tradeoff_dev_c8.json")
+                  "serve_tradeoff_dev_c4.json", "serve_tradeoff_dev_c8.json", "serve_objective_dev_c4.json",
+                  "serve_objective_dev_c8.json")
 
 
 def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
@@ -390,7 +396,8 @@ def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
     names = [n for n in TRADEOFF_FILES if (Path(results_dir) / n).exists()]
     if not names:
         return ""
-    what = ("The batched server with `adaptive` under each `--plain-slowdown` bound (`adaptive@B`) beside the fixed "
+    what = ("The batched server with `adaptive` under each `--plain-slowdown` bound (`adaptive@B`; "
+            "`adaptive@power:B` under `--batch-objective power`) beside the fixed "
             "configs, at one concurrency a run, on the request set of [Batched serving by concurrency]"
             "(#batched-serving-by-concurrency) (greedy): one server per "
             "bound, the fixed configs on the first; every config once a round, in an order rotated from round to "
@@ -398,7 +405,7 @@ def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
             "against each fixed config round by round, as above (above 1: `adaptive` better).")
     return "\n\n".join(["## Throughput against tail latency, by the bound on plain requests' slowdown", what,
                         *(_tradeoff_block(results_dir, name, dates) for name in names),
-                        _bound_choice(results_dir, names)])
+                        _bound_choice(results_dir, names), _objective_choice(results_dir, names)])
 
 
 RULE_DEFAULT = 0.05  # the server's --plain-slowdown when the rule below was fixed: kept on a near tie
@@ -406,7 +413,8 @@ RULE_DEFAULT = 0.05  # the server's --plain-slowdown when the rule below was fix
 
 def _bound_choice(results_dir: Path, names: list[str]) -> str:
     """How the server's default bound follows from the dev prompts' runs (``serve_tradeoff.choose_bound``)."""
-    files = [d for d in (load(results_dir, n) for n in names) if d.get("split") and not d.get("rate")]
+    files = [d for d in (load(results_dir, n) for n in names)
+             if d.get("split") and not d.get("rate") and "objectives" not in d]
     if not files:
         return ""
     default = BatchDraftCap.plain_slowdown
@@ -437,7 +445,60 @@ def _bound_choice(results_dir: Path, names: list[str]) -> str:
         table(["bound", *heads, "worst"], rows),
         f"{verdict}: the largest worst case is `{label(choice['best'])}`'s, "
         f"{choice['worst'][label(choice['best'])]:.2f}×. "
-        + _consistency(files, choice)])
+        + _consistency(files, choice)
+        + (" The server's default follows the later rule below, which weighs plain decoding too."
+           if choice["chosen"] != default and _objective_files(files_of(results_dir, names)) else "")])
+
+
+def files_of(results_dir: Path, names: list[str]) -> list[dict]:
+    return [load(results_dir, n) for n in names]
+
+
+def _objective_files(files: list[dict]) -> list[dict]:
+    """The closed-loop dev runs that compare objectives: the later rule's (``_objective_choice``)."""
+    return [d for d in files if d.get("split") and not d.get("rate") and "objectives" in d]
+
+
+RULE_DEFAULT_VARIANT = "adaptive@off"  # the server's default (goodput, no bound) when the rule below was fixed
+
+
+def _objective_choice(results_dir: Path, names: list[str]) -> str:
+    """How the server's default objective follows from the dev prompts' runs (``serve_tradeoff.choose_variant``)."""
+    files = _objective_files(files_of(results_dir, names))
+    if not files:
+        return ""
+    choice = choose_variant(files, RULE_DEFAULT_VARIANT)
+    rows = []
+    for name in dict.fromkeys(label(*v) for d in files for v in variants(d)):
+        for i, against in enumerate(choice["against"]):
+            cells = []
+            for d in files:
+                c = next((c for c in d["comparisons"] if c["reference"] == name and c["config"] == against), None)
+                cells += [_spread(c["throughput"]), _spread(c["e2el_p95"])] if c else ["-", "-"]
+            worst = choice["worst"].get(name)
+            rows.append([f"`{name}`" if not i else "", f"`{against}`", *cells,
+                         "" if i or worst is None else f"{worst:.2f}×"])
+    heads = [h for d in files for h in (f"{d['concurrency']} requests: tok/s", "p95")]
+    current = label(BatchDraftCap.plain_slowdown, BatchDraftCap.objective)
+    verdict = (f"The server's default, `{current}`, is that choice" if choice["chosen"] == current else
+               f"By this rule the default would be `{choice['chosen']}`; the server's is `{current}`")
+    mine = [c[m] for d in files for c in d["comparisons"] if c["reference"] == choice["chosen"]
+            and c["config"] in choice["against"] for m in ("throughput", "e2el_p95")]
+    ahead = sum(m["verdict"] == "ahead in every round" for m in mine)
+    behind = sum(m["verdict"] == "behind in every round" for m in mine)
+    return "\n\n".join([
+        "### Choosing the objective",
+        "The batch cap's objective (`--batch-objective`): `goodput`, the batch's expected tokens per second, or "
+        "`power`, that over the seconds per token of the step's slowest row (a row that drafts nothing waits "
+        "through every wider step for one token); `adaptive@power:off` is the latter without a bound. The rule, "
+        "fixed before these dev runs were made: per variant, its worst median ratio against each fixed config, "
+        "plain decoding included (the service is never to be slower than plain decoding, at the tail too), over "
+        f"output tok/s and p95 at each concurrency; the variant whose worst is the largest, unless the server's "
+        f"default when the rule was fixed (`{RULE_DEFAULT_VARIANT}`) is within {choice['margin']:.2f} of it.",
+        table(["variant", "against", *heads, "worst"], rows),
+        f"{verdict}: the largest worst case is `{choice['best']}`'s, {choice['worst'][choice['best']]:.2f}×. "
+        f"Of the chosen variant's {len(mine)} ratios, {ahead} {'is' if ahead == 1 else 'are'} ahead in every round "
+        f"and {behind} behind in every round; the rest differ from round to round (the ranges in brackets)."])
 
 
 def _consistency(files: list[dict], choice: dict) -> str:
@@ -470,7 +531,7 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
                           *([] if rated else [_spread(c["throughput"]), c["throughput"]["verdict"]]),
                           _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]]
                          for c in data["comparisons"]])
-    bounds = ",".join("off" if b is None else f"{b:g}" for b in data["bounds"])
+    bounds = ",".join(label(b, o).split("@")[1] for b, o in variants(data))
     image = name.replace(".json", ".png")
     split = data.get("split")
     prompts = f"--prompts {data['prompts']} --split {split} " if split else ""
@@ -494,8 +555,9 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
     corpus = Path(data["prompts"]).name
     chosen = ([f"{data['requests']} requests a run from [`{corpus}`](corpus/{corpus})'s `{split}` "
                "split (the same seeded choice every run) instead of the shift stream: prompts of every kind that the "
-               "held-out figures above do not use, on which the server's default bound was chosen ([below]"
-               "(#choosing-the-default-bound))."] if split else [])
+               "held-out figures above do not use, on which the server's default "
+               + ("objective was chosen ([below](#choosing-the-objective))." if "objectives" in data else
+                  "bound was chosen ([below](#choosing-the-default-bound)).")] if split else [])
     heading = (f"### {arriving}{f', {split} prompts' if split else ''}, {data['rounds']} rounds, "
                f"{data['requests']} requests of {data['max_tokens']} new tokens a run")
     return "\n\n".join([heading, *chosen, *offered, *([before] if before else []),

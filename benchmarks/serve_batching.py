@@ -49,7 +49,7 @@ from benchmarks.cap_pace import packed, timed_forwards
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
                                     start_server)
 from benchmarks.sim_validation import simulate_trace
-from policies.batch_cap import BatchDraftCap
+from policies.batch_cap import OBJECTIVES, BatchDraftCap
 from simulator.cost_model import fit_cost_model, forward_verify_s
 from simulator.profile import load_profile
 from simulator.speed import batched_overhead, forwards
@@ -182,7 +182,7 @@ def break_even_by_rows(runs: list[dict], profile: str, max_batch: int, k: int = 
 
 
 def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tokens: int | None = None,
-            plain_slowdown: float | None = BatchDraftCap.plain_slowdown) -> dict:
+            plain_slowdown: float | None = BatchDraftCap.plain_slowdown, objective: str = BatchDraftCap.objective) -> dict:
     """The batching replica's p50/p95 end-to-end latency for the run's completed requests (each
     request's prompt its class, sent in the run's order by a client that keeps at most the run's
     concurrency in flight, as loadgen did: each goes once the simulated server has finished one,
@@ -194,7 +194,8 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     from batched decode forwards; a prefill is a one-sequence forward, as the probes are), and with
     the time between forwards its steps recorded (``serving_overhead``: ``batched_overhead``) where
     they did. ``max_tokens``: the budget the requests were sent with (an answer that ends
-    sooner leaves the engine drafting past its end); ``plain_slowdown``: the server's bound (None: off)."""
+    sooner leaves the engine drafting past its end); ``plain_slowdown``: the server's bound (None: off);
+    ``objective``: its ``--batch-objective``."""
     budget = {"max_tokens": max_tokens} if max_tokens else {}
     # loadgen ran at rate inf: every request is due at 0, and goes once the client has a free slot
     sent = sorted((r for r in run["trace"] if r["ok"]), key=lambda r: r["sent_s"])
@@ -202,7 +203,7 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     if not rows:
         raise ValueError("no request of the run completed: nothing to replay")
     replica = {"mode": "batching", "max_batch": max_batch, "prefill_chunk": prefill_chunk,
-               "plain_slowdown": "off" if plain_slowdown is None else plain_slowdown}
+               "plain_slowdown": "off" if plain_slowdown is None else plain_slowdown, "batch_objective": objective}
     profiles, out = {"": profile}, {}
     if run.get("plain_step"):
         context = sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in rows) / len(rows)
@@ -252,7 +253,7 @@ class DraftingShare:
 def server_options(args: argparse.Namespace) -> list[str]:
     """``adaptive-spec serve``'s options for the benchmark's one server."""
     return ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk), "--drafters", "ngram",
-            "--plain-slowdown", args.plain_slowdown,
+            "--plain-slowdown", args.plain_slowdown, "--batch-objective", args.batch_objective,
             # the batch's cap starts from the calibrated costs, as the simulator's replica does
             *(["--profile", str(args.profile)] if args.profile is not None else [])]
 
@@ -312,7 +313,7 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     try:
         # a result recorded before the bound existed ran with none
         runs, settings = result["runs"], (result["max_batch"], result["prefill_chunk"], result["max_tokens"],
-                                          result.get("plain_slowdown"))
+                                          result.get("plain_slowdown"), result.get("batch_objective", "goodput"))
         for run in runs:
             for key in [k for k in run if k.startswith(("simulated_e2e_s", "simulator_error", "speed_factor",
                                                         "prediction_error", "simulated_drafting"))]:
@@ -376,6 +377,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plain-slowdown", default=format_plain_slowdown(BatchDraftCap.plain_slowdown),
                         help="the server's --plain-slowdown (what others' drafts may cost a request decoding plainly; "
                              "'off': none); the simulator's replica runs the same")
+    parser.add_argument("--batch-objective", default=BatchDraftCap.objective, choices=OBJECTIVES,
+                        help="the server's --batch-objective (what the batch's drafts maximise); the simulator's "
+                             "replica runs the same")
     parser.add_argument("--forwards-out", type=Path, default=None,
                         help="with --profile: write every batched forward the server ran, in order (benchmarks/cap_pace.py "
                              "replays them through the batch cap)")
@@ -427,7 +431,8 @@ def main(argv: list[str] | None = None) -> None:
     for run in runs:
         if args.profile is not None:
             try:  # a run the simulator cannot replay keeps its measurements, and says why
-                run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk, args.max_tokens, slowdown))
+                run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk, args.max_tokens, slowdown,
+                                           args.batch_objective))
             except (ValueError, ZeroDivisionError) as exc:
                 run["prediction_error"] = str(exc)
         error = run.get("simulator_error_timeline", run.get("simulator_error_at_speed", run.get("simulator_error")))
@@ -451,7 +456,7 @@ def main(argv: list[str] | None = None) -> None:
         "configs": configs, "endpoint": "chat", "profile": str(args.profile) if args.profile else None,
         "profile_streams": bool(args.profile and load_profile(args.profile).streams),
         "prefill_chunk": args.prefill_chunk,
-        "plain_slowdown": slowdown, "cap_warmed": args.profile is not None,
+        "plain_slowdown": slowdown, "batch_objective": args.batch_objective, "cap_warmed": args.profile is not None,
         "cap_pace_decay": BatchDraftCap.pace_decay,  # the server's batch cap's (a result from before it has none)
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},

@@ -42,7 +42,7 @@ batched steps one is plain whatever pays: the cost fit needs one-token-wide step
 price the jump to multi-token rows, and drafting that keeps winning would otherwise starve it of
 them (a full batch then drifts into drafting that loses, priced from stale costs).
 
-The bound (``plain_slowdown``, off unless set): a row that verifies nothing this step (its
+The bound (``plain_slowdown``; None: off): a row that verifies nothing this step (its
 controller or gate found nothing worth drafting) gains nothing from the others' drafts and pays for
 the wider forward, and one with a weak draft gains little more. So a length is allowed only if,
 for every row, the step costs at most ``1 + plain_slowdown`` plain steps of the same rows per token
@@ -113,14 +113,14 @@ class BatchDraftCap:
     # prices at the speed its own kind last ran
     pace_decay: float = 0.5
     # the most a step may cost a row over a plain step of the same rows, per token the row expects
-    # from it (the bound, module docstring). None: the batch's goodput alone decides. Off by default:
-    # chosen by a rule fixed before the runs, on the corpus's dev prompts, against drafting always, at 4
-    # and 8 requests in flight (benchmarks/serve_tradeoff.py, ``choose_bound``): every bound tried
-    # there left ``adaptive``'s worse ratio against it, of throughput and p95, below that with none.
-    # A bound trades throughput for open-ended requests' speed beside copying ones (the held-out runs
-    # under each, benchmarks/RESULTS.md); an operator who wants those kept near plain decoding's
-    # cost per token sets one (0.05: 5%)
-    plain_slowdown: float | None = None
+    # from it (the bound, module docstring). None: the batch's goodput alone decides. 0.05 by a rule
+    # fixed before the runs, on the corpus's dev prompts, at 4 and 8 requests in flight
+    # (benchmarks/serve_tradeoff.py, ``choose_variant``): of no bound, this one and the "power"
+    # objective, it left ``adaptive``'s worst ratio against plain decoding and drafting always, over
+    # throughput and p95, the highest. Without a bound, open-ended requests paid for copying ones'
+    # drafts at 8 in flight: p95 behind plain decoding's in every round; with it, 4 in flight lose
+    # some throughput to drafting always (benchmarks/RESULTS.md)
+    plain_slowdown: float | None = 0.05
     # what a cut maximises (module docstring, "The objective"): "goodput", the batch's expected tokens
     # per second, or "power", that over the seconds per token of the step's slowest row
     objective: str = "goodput"

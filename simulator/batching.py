@@ -64,7 +64,7 @@ class BatchingReplica(Replica):
 
     def __init__(self, *args, max_batch: int = 8, draft_cap: bool = False, prefill_chunk: int | None = None,
                  plain_slowdown: float | None = BatchDraftCap.plain_slowdown, prefill_rides: bool = True,
-                 **kwargs) -> None:
+                 objective: str = BatchDraftCap.objective, **kwargs) -> None:
         self.max_batch = max_batch  # slots: bounded in practice by KV-cache memory
         if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
             raise ValueError(f"prefill_chunk must be an integer >= 1 or None, got {prefill_chunk!r}")
@@ -76,7 +76,7 @@ class BatchingReplica(Replica):
         self._pools: dict[str, list] = {}  # key -> its controllers; one serves one sequence at a time
         self._busy: set[int] = set()  # ids of the controllers serving a sequence now
         super().__init__(*args, **kwargs)
-        self.draft_cap = BatchDraftCap(plain_slowdown=plain_slowdown) if draft_cap else None
+        self.draft_cap = BatchDraftCap(plain_slowdown=plain_slowdown, objective=objective) if draft_cap else None
         if self.draft_cap is not None:
             self.draft_cap.warm(self.priced_shapes())
 

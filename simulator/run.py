@@ -131,6 +131,7 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
             replicas.append(BatchingReplica(*args, max_batch=scenario.replicas.max_batch,
                                             draft_cap=scenario.replicas.draft_cap,
                                             plain_slowdown=scenario.replicas.plain_slowdown,
+                                            objective=scenario.replicas.batch_objective,
                                             prefill_chunk=scenario.replicas.prefill_chunk,
                                             prefill_rides=scenario.replicas.prefill_rides, overhead=scenario.overhead))
         else:

@@ -25,7 +25,9 @@ Top-level fields (``*`` required)::
                    plain_slowdown (batching: the cap's bound on what drafts cost a plain row, as
                    the server's --plain-slowdown: a number >= 0 or "off"; default the server's),
                    prefill_rides (batching: prompts ride in the running sequences' forward, as the
-                   engine's; false: a prefill forward of their own first; default true)}
+                   engine's; false: a prefill forward of their own first; default true),
+                   batch_objective (batching: what the cap maximises, as the server's
+                   --batch-objective: goodput or power; default the server's)}
     policy        spec such as none, static:ngram:4, heuristic:ngram, adaptive      default: none
     policy_scope  replica | key   (one controller per replica, or per replica and traffic key)
     slo           {ttft_s, tpot_s, e2e_s, percentile}                 targets left out are not checked
@@ -53,7 +55,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from policies.batch_cap import BatchDraftCap
+from policies.batch_cap import OBJECTIVES, BatchDraftCap
 from policies.lookup import DRAFTER as LOOKUP
 from simulator.acceptance import acceptance_from_dict
 from simulator.arrivals import arrival_process_from_dict
@@ -79,6 +81,7 @@ class ReplicaConfig:
     prefill_chunk: int | None = None  # batching only: as the engine's prefill_chunk; None: whole prompts
     plain_slowdown: float | None = BatchDraftCap.plain_slowdown  # batching only: the cap's bound; None: off
     prefill_rides: bool = True  # batching only: prompts ride in the running sequences' forward (the engine's)
+    batch_objective: str = BatchDraftCap.objective  # batching only: what the cap maximises
 
 
 @dataclass(frozen=True)
@@ -368,10 +371,11 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         int(_num(rep["prefill_chunk"], "replicas.prefill_chunk", integer=True)),
         _slowdown(rep["plain_slowdown"]) if "plain_slowdown" in rep else BatchDraftCap.plain_slowdown,
         _flag(rep.get("prefill_rides", True), "replicas.prefill_rides"),
+        _choice(rep.get("batch_objective", BatchDraftCap.objective), OBJECTIVES, "replicas.batch_objective"),
     )
     if replicas.prefill_chunk is not None and replicas.mode != "batching":  # would do nothing, silently
         raise ValueError(f"replicas.prefill_chunk applies to mode batching only, got mode {replicas.mode!r}")
-    for name in ("plain_slowdown", "prefill_rides"):
+    for name in ("plain_slowdown", "prefill_rides", "batch_objective"):
         if name in rep and replicas.mode != "batching":
             raise ValueError(f"replicas.{name} applies to mode batching only, got mode {replicas.mode!r}")
     slo_raw = _mapping(raw.get("slo") or {}, "slo")

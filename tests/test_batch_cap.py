@@ -133,7 +133,7 @@ def test_the_cut_is_the_length_with_the_most_expected_tokens_per_second(rows, ra
 def test_power_is_goodput_over_the_slowest_rows_seconds_per_token(copiers, rate):
     """Against a brute force over every length, with the true costs: copying rows beside rows that
     verify nothing, the cut maximising the step's tokens times its fewest over its cost squared."""
-    cap = warmed(objective="power")
+    cap = warmed(objective="power", plain_slowdown=None)
     lengths = [8] * copiers + [0] * (4 - copiers)
     expected = [copying(8, rate)] * copiers + [[1.0]] * (4 - copiers)
     truth = {}
@@ -149,9 +149,10 @@ def test_power_spares_the_rows_that_draft_nothing_where_goodput_would_not():
     tokens pay for the batch (goodput) but not for the three that wait through it (power); once
     every row copies, no row only waits and power drafts as goodput does."""
     lone, idle = [8, 0, 0, 0], [copying(8), [1.0], [1.0], [1.0]]
-    assert warmed().pick(lone, idle, [True] * 4, PACKED) == 8
-    assert warmed(objective="power").pick(lone, idle, [True] * 4, PACKED) == 0
-    assert warmed(objective="power").pick([8] * 4, [copying(8)] * 4, [True] * 4, PACKED) == 8
+    assert warmed(plain_slowdown=None).pick(lone, idle, [True] * 4, PACKED) == 8
+    power = warmed(objective="power", plain_slowdown=None)
+    assert power.pick(lone, idle, [True] * 4, PACKED) == 0
+    assert power.pick([8] * 4, [copying(8)] * 4, [True] * 4, PACKED) == 8
 
 
 def test_drafts_that_pay_in_a_small_batch_are_cut_in_a_full_one():

@@ -254,7 +254,8 @@ def test_the_server_starts_its_batch_cap_from_the_profile_the_replica_prices_wit
     raw = json.loads(Path(profile).read_text())
     raw["metadata"] = {**raw["metadata"], "illustrative": False, "model": "smollm2"}  # as calibrate writes one
     Path(profile).write_text(json.dumps(raw))
-    args = argparse.Namespace(max_batch=4, prefill_chunk=256, plain_slowdown="0.05", profile=profile)
+    args = argparse.Namespace(max_batch=4, prefill_chunk=256, plain_slowdown="0.05", batch_objective="goodput",
+                              profile=profile)
     options = server_options(args)
     assert options[options.index("--profile") + 1] == profile
     assert options[options.index("--max-batch") + 1] == "4"

@@ -193,6 +193,23 @@ def test_the_replica_runs_the_servers_plain_slowdown_bound():
             scenario_from_dict(scenario_dict(replicas={"mode": "batching", "plain_slowdown": bad}))
 
 
+def test_the_replica_runs_the_servers_batch_objective():
+    import pytest
+
+    from policies.batch_cap import BatchDraftCap
+
+    def cap_of(replicas):
+        scenario = scenario_from_dict(scenario_dict(policy="adaptive", replicas={"mode": "batching", **replicas}))
+        return build_simulation(simpy.Environment(), scenario).replicas[0].draft_cap
+
+    assert cap_of({}).objective == BatchDraftCap.objective  # the server's default
+    assert cap_of({"batch_objective": "power"}).objective == "power"
+    with pytest.raises(ValueError, match="replicas.batch_objective"):
+        scenario_from_dict(scenario_dict(replicas={"mode": "batching", "batch_objective": "latency"}))
+    with pytest.raises(ValueError, match="replicas.batch_objective applies to mode batching"):
+        scenario_from_dict(scenario_dict(replicas={"mode": "serial", "batch_objective": "power"}))
+
+
 def test_the_replicas_cut_starts_from_its_own_prices_as_a_running_servers_has_learned_its_machines():
     from simulator.cost_model import forward_verify_s
 
