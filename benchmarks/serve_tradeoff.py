@@ -7,6 +7,7 @@ plain decoding has the p95, because a request that drafts nothing (an open-ended
 tail) pays for its neighbours' drafts in every wider forward it shares. ``--plain-slowdown`` is
 the server's bound on that cost (``policies.batch_cap``); this benchmark measures where each bound
 puts ``adaptive`` between the two, so an operator can choose it from a plot rather than a guess.
+An entry ``power:B`` serves the bound under ``--batch-objective power`` instead of goodput.
 
 One server per bound (``adaptive-spec serve --max-batch N --drafters ngram --plain-slowdown S``),
 all started before the first run; the fixed configs run on the first (the batch cap leaves

@@ -63,8 +63,11 @@ two as the classical power of a queue does (throughput over delay): the step's g
 seconds per token of its slowest row, the step's cost over that row's expected tokens (one, for a
 row that verifies nothing). While a row drafts nothing, a longer cut must raise the batch's tokens
 by twice the share it raises the step's cost, not once; where every row drafts, the slowest row's
-own gain counts toward it. The trade is priced by who pays for it, with no bound to set.
- the bound weighs a wider step against a plain one, so it needs their ratio,
+own gain counts toward it. The trade is priced by who pays for it, with no bound to set. On
+CPU, where the jump to multi-token rows is steep, it left a batch of four almost never drafting,
+and the bound did better at both four and eight (benchmarks/RESULTS.md): goodput is the default.
+
+The machine's pace: the bound weighs a wider step against a plain one, so it needs their ratio,
 and each fit learns from its own kind of step alone, at whatever speed the machine ran when that
 kind last came. A spell of plain traffic taught the plain fit at one speed and a spell of drafting
 the wider fit at another; on a machine whose speed swings by a quarter within seconds, the ratio a
