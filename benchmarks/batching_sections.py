@@ -391,7 +391,8 @@ def _served_summary(results_dir: Path, dates: dict | None, name: str, heading: s
     return "\n\n".join([f"## {heading}", what,
                         table(["concurrency", "config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
                         f"![throughput, latency and drafting by concurrency, {caption}](results/{image})",
-                        provenance(results_dir, [name], dates, command, machine_line(data))])
+                        provenance(results_dir, [name, *_forwards_file(results_dir, name)], dates, command,
+                                   machine_line(data))])
 
 
 def _median_of(runs: list[dict], value, fmt: str) -> str:
@@ -596,6 +597,12 @@ def _overhead_effect(runs: list[dict]) -> str:
 
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
+
+
+def _forwards_file(results_dir: Path, name: str) -> list[str]:
+    """The run's forwards (cap_pace's input), where the file is there."""
+    forwards = f"{Path(name).stem}_forwards.json"
+    return [forwards] if (Path(results_dir) / forwards).exists() else []
 
 
 def _forwards_out(results_dir: Path, name: str) -> str:
