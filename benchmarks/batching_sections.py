@@ -573,7 +573,10 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
                "held-out figures above do not use, on which the server's default "
                + ("objective was chosen ([below](#choosing-the-objective))." if "objectives" in data else
                   "bound was chosen ([below](#choosing-the-default-bound)).")] if split else [])
-    heading = (f"### {arriving}{f', {split} prompts' if split else ''}, {data['rounds']} rounds, "
+    objectives = (" and ".join(dict.fromkeys(o for _, o in variants(data))) + " objectives" if "objectives" in data
+                  else "")
+    heading = (f"### {arriving}{f', {split} prompts' if split else ''}{f', {objectives}' if objectives else ''}, "
+               f"{data['rounds']} rounds, "
                f"{data['requests']} requests of {data['max_tokens']} new tokens a run")
     return "\n\n".join([heading, *chosen, *offered, *([before] if before else []),
                          table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
