@@ -48,7 +48,8 @@ def serve(
                                         help="With --max-batch above 1: what the batch's drafts maximise: 'goodput' "
                                         "(tokens per second of the batch) or 'power' (that over the seconds per token "
                                         "of the step's slowest request: drafts that slow requests drafting nothing "
-                                        "must pay twice)."),
+                                        "must pay twice; on CPU it drafted too little at 4 requests, "
+                                        "benchmarks/RESULTS.md)."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
     suffix_max_tokens: int = typer.Option(100_000, help="With the suffix drafter: tokens of past outputs kept per "
                                           "traffic key (oldest dropped first)."),
