@@ -8,7 +8,6 @@ from pathlib import Path
 
 from benchmarks.results_kit import load, machine_line, provenance, table
 from benchmarks.serve_batching import arrivals_seen, compare_best_fixed, pooled_by_rows
-from benchmarks.serve_tradeoff import choose_bound, choose_variant, label, variants
 from policies.batch_cap import BatchDraftCap
 
 
@@ -162,7 +161,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                   "every round agrees.",
                   table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
                         [[str(c["concurrency"]), f"`{c['config']}`" if c["config"] != "best fixed" else "the round's best fixed",
-                          _spread(c["throughput"]), c["throughput"]["verdict"], _spread(c["e2el_p95"]),
+                          ratio_spread(c["throughput"]), c["throughput"]["verdict"], ratio_spread(c["e2el_p95"]),
                           c["e2el_p95"]["verdict"]] for c in _with_best_fixed(data)])]
         parts += [_arrivals(data)]
     if any("drafting_by_rows" in r for r in data["runs"]):
@@ -234,7 +233,7 @@ def _before_live_streams(data: dict) -> bool:
     return "plain_slowdown" not in data
 
 
-def _spread(ratio: dict) -> str:
+def ratio_spread(ratio: dict) -> str:
     return f"{ratio['median']:.2f}× [{ratio['low']:.2f}, {ratio['high']:.2f}]"
 
 
@@ -356,9 +355,9 @@ def _served_summary(results_dir: Path, dates: dict | None, name: str, heading: s
     for level in data["concurrency"]:
         for config in data["configs"]:
             mine = [r for r in data["runs"] if r["concurrency"] == level and r["config"] == config]
-            rows.append([str(level), f"`{config}`", _median_of(mine, lambda r: r["output_tokens_per_s"], "{:.1f}"),
-                         _median_of(mine, lambda r: r["e2el_s"]["p95"], "{:.2f}"),
-                         _median_of(mine, lambda r: r["speculative_step_share"], "{:.0%}")])
+            rows.append([str(level), f"`{config}`", median_of(mine, lambda r: r["output_tokens_per_s"], "{:.1f}"),
+                         median_of(mine, lambda r: r["e2el_s"]["p95"], "{:.2f}"),
+                         median_of(mine, lambda r: r["speculative_step_share"], "{:.0%}")])
     what = (f"{intro} {data['rounds']} rounds; per config and concurrency the median of the rounds, the lowest and "
             "highest in brackets; then `adaptive` against each fixed config as above.")
     if data.get("cap_warmed"):
@@ -373,8 +372,8 @@ def _served_summary(results_dir: Path, dates: dict | None, name: str, heading: s
                  f"predicts p50 and p95 end-to-end latency within 10% in {sum(abs(e) <= 0.10 for e in errors)} of "
                  f"{len(errors)} cases ({min(errors):+.1%} to {max(errors):+.1%})." + _overhead_effect(data["runs"]))
     comparisons = table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
-                        [[str(c["concurrency"]), f"`{c['config']}`", _spread(c["throughput"]), c["throughput"]["verdict"],
-                          _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])
+                        [[str(c["concurrency"]), f"`{c['config']}`", ratio_spread(c["throughput"]), c["throughput"]["verdict"],
+                          ratio_spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])
     image = name.replace(".json", ".png")
     bound = "off" if data.get("plain_slowdown") is None else f"{data['plain_slowdown']:g}"
     prompts = data["prompts"]
@@ -395,193 +394,10 @@ def _served_summary(results_dir: Path, dates: dict | None, name: str, heading: s
                                    machine_line(data))])
 
 
-def _median_of(runs: list[dict], value, fmt: str) -> str:
+def median_of(runs: list[dict], value, fmt: str) -> str:
     values = sorted(value(r) for r in runs)
     mid = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
     return f"{fmt.format(mid)} [{fmt.format(values[0])}, {fmt.format(values[-1])}]"
-
-
-TRADEOFF_FILES = ("serve_tradeoff.json", "serve_tradeoff_c8.json", "serve_tradeoff_r05.json", "serve_tradeoff_r08.json",
-                  "serve_tradeoff_dev_c4.json", "serve_tradeoff_dev_c8.json", "serve_objective_dev_c4.json",
-                  "serve_objective_dev_c8.json")
-
-
-def serve_tradeoff_section(results_dir: Path, dates: dict | None) -> str:
-    """``adaptive`` under several ``--plain-slowdown`` bounds beside the fixed configs, one concurrency a file."""
-    names = [n for n in TRADEOFF_FILES if (Path(results_dir) / n).exists()]
-    if not names:
-        return ""
-    what = ("The batched server with `adaptive` under each `--plain-slowdown` bound (`adaptive@B`; "
-            "`adaptive@power:B` under `--batch-objective power`) beside the fixed "
-            "configs, at one concurrency a run, on the request set of [Batched serving by concurrency]"
-            "(#batched-serving-by-concurrency) (greedy): one server per "
-            "bound, the fixed configs on the first; every config once a round, in an order rotated from round to "
-            "round. Per config the median of the rounds, the lowest and highest in brackets; then each bound "
-            "against each fixed config round by round, as above (above 1: `adaptive` better).")
-    return "\n\n".join(["## Throughput against tail latency, by the bound on plain requests' slowdown", what,
-                        *(_tradeoff_block(results_dir, name, dates) for name in names),
-                        _bound_choice(results_dir, names), _objective_choice(results_dir, names)])
-
-
-RULE_DEFAULT = 0.05  # the server's --plain-slowdown when the rule below was fixed: kept on a near tie
-
-
-def _bound_choice(results_dir: Path, names: list[str]) -> str:
-    """How the server's default bound follows from the dev prompts' runs (``serve_tradeoff.choose_bound``)."""
-    files = [d for d in (load(results_dir, n) for n in names)
-             if d.get("split") and not d.get("rate") and "objectives" not in d]
-    if not files:
-        return ""
-    default = BatchDraftCap.plain_slowdown
-    choice = choose_bound(files, RULE_DEFAULT)
-    rows = []
-    for b in dict.fromkeys(b for d in files for b in d["bounds"]):
-        cells = []
-        for d in files:
-            c = next((c for c in d["comparisons"]
-                      if c["reference"] == label(b) and c["config"] == choice["against"]), None)
-            cells += [_spread(c["throughput"]), _spread(c["e2el_p95"])] if c else ["-", "-"]
-        worst = choice["worst"].get(label(b))
-        rows.append([f"`{label(b)}`", *cells, "-" if worst is None else f"{worst:.2f}×"])
-    heads = [h for d in files for h in (f"{d['concurrency']} requests: tok/s", "p95")]
-    said = "off" if default is None else f"{default:g}"
-    verdict = (f"The server's default, `--plain-slowdown {said}`, is that choice"
-               if choice["chosen"] == default else
-               f"By this rule the default would be `{label(choice['chosen'])}`; the server's is "
-               f"`--plain-slowdown {said}`")
-    return "\n\n".join([
-        "### Choosing the default bound",
-        f"The rule, fixed before the dev runs above were made: per bound, its worst median ratio against "
-        f"`{choice['against']}` (the fixed config with the throughput) over output tok/s and p95, at each "
-        f"concurrency run on the dev prompts (above 1: `adaptive` better in both); the bound whose worst is the "
-        f"largest, unless the server's default when the rule was fixed ({RULE_DEFAULT:g}) is within "
-        f"{choice['margin']:.2f} of it. A bound chosen so on the dev prompts is then measured on the held-out "
-        "ones ([above](#batched-serving-by-concurrency-held-out-prompts)).",
-        table(["bound", *heads, "worst"], rows),
-        f"{verdict}: the largest worst case is `{label(choice['best'])}`'s, "
-        f"{choice['worst'][label(choice['best'])]:.2f}×. "
-        + _consistency(files, choice)
-        + (" The server's default follows the later rule below, which weighs plain decoding too."
-           if choice["chosen"] != default and _objective_files(files_of(results_dir, names)) else "")])
-
-
-def files_of(results_dir: Path, names: list[str]) -> list[dict]:
-    return [load(results_dir, n) for n in names]
-
-
-def _objective_files(files: list[dict]) -> list[dict]:
-    """The closed-loop dev runs that compare objectives: the later rule's (``_objective_choice``)."""
-    return [d for d in files if d.get("split") and not d.get("rate") and "objectives" in d]
-
-
-RULE_DEFAULT_VARIANT = "adaptive@off"  # the server's default (goodput, no bound) when the rule below was fixed
-
-
-def _objective_choice(results_dir: Path, names: list[str]) -> str:
-    """How the server's default objective follows from the dev prompts' runs (``serve_tradeoff.choose_variant``)."""
-    files = _objective_files(files_of(results_dir, names))
-    if not files:
-        return ""
-    choice = choose_variant(files, RULE_DEFAULT_VARIANT)
-    rows = []
-    for name in dict.fromkeys(label(*v) for d in files for v in variants(d)):
-        for i, against in enumerate(choice["against"]):
-            cells = []
-            for d in files:
-                c = next((c for c in d["comparisons"] if c["reference"] == name and c["config"] == against), None)
-                cells += [_spread(c["throughput"]), _spread(c["e2el_p95"])] if c else ["-", "-"]
-            worst = choice["worst"].get(name)
-            rows.append([f"`{name}`" if not i else "", f"`{against}`", *cells,
-                         "" if i or worst is None else f"{worst:.2f}×"])
-    heads = [h for d in files for h in (f"{d['concurrency']} requests: tok/s", "p95")]
-    current = label(BatchDraftCap.plain_slowdown, BatchDraftCap.objective)
-    verdict = (f"The server's default, `{current}`, is that choice" if choice["chosen"] == current else
-               f"By this rule the default would be `{choice['chosen']}`; the server's is `{current}`")
-    mine = [c[m] for d in files for c in d["comparisons"] if c["reference"] == choice["chosen"]
-            and c["config"] in choice["against"] for m in ("throughput", "e2el_p95")]
-    ahead = sum(m["verdict"] == "ahead in every round" for m in mine)
-    behind = sum(m["verdict"] == "behind in every round" for m in mine)
-    return "\n\n".join([
-        "### Choosing the objective",
-        "The batch cap's objective (`--batch-objective`): `goodput`, the batch's expected tokens per second, or "
-        "`power`, that over the seconds per token of the step's slowest row (a row that drafts nothing waits "
-        "through every wider step for one token); `adaptive@power:off` is the latter without a bound. The rule, "
-        "fixed before these dev runs were made: per variant, its worst median ratio against each fixed config, "
-        "plain decoding included (the service is never to be slower than plain decoding, at the tail too), over "
-        f"output tok/s and p95 at each concurrency; the variant whose worst is the largest, unless the server's "
-        f"default when the rule was fixed (`{RULE_DEFAULT_VARIANT}`) is within {choice['margin']:.2f} of it.",
-        table(["variant", "against", *heads, "worst"], rows),
-        f"{verdict}: the largest worst case is `{choice['best']}`'s, {choice['worst'][choice['best']]:.2f}×. "
-        f"Of the chosen variant's {len(mine)} ratios, {ahead} {'is' if ahead == 1 else 'are'} ahead in every round "
-        f"and {behind} behind in every round; the rest differ from round to round (the ranges in brackets)."])
-
-
-def _consistency(files: list[dict], choice: dict) -> str:
-    """How many of the chosen bound's ratios every round agreed on: the rule reads medians, which a
-    few rounds on a machine that swings leave wide."""
-    mine = [c[m] for d in files for c in d["comparisons"] if c["reference"] == label(choice["chosen"])
-            and c["config"] == choice["against"] for m in ("throughput", "e2el_p95")]
-    ahead = sum(m["verdict"] == "ahead in every round" for m in mine)
-    behind = sum(m["verdict"] == "behind in every round" for m in mine)
-    if not ahead and not behind:
-        return (f"None of its {len(mine)} ratios agreed over every round (the ranges in brackets): the rule "
-                "reads medians, and the dev runs do not show the chosen bound ahead beyond the noise.")
-    return (f"Of its {len(mine)} ratios, {ahead} {'is' if ahead == 1 else 'are'} ahead in every round and {behind} "
-            f"behind in every round; the rest differ from round to round (the ranges in brackets).")
-
-
-def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
-    data = load(results_dir, name)
-    rows = []
-    for config in data["configs"]:
-        mine = [r for r in data["runs"] if r["config"] == config]
-        rows.append([f"`{config}`", _median_of(mine, lambda r: r["output_tokens_per_s"], "{:.1f}"),
-                     _median_of(mine, lambda r: r["e2el_s"]["p95"], "{:.2f}"),
-                     _median_of(mine, lambda r: r["speculative_step_share"], "{:.0%}")])
-    # at a fixed rate every config's throughput is the offered load's: a ratio of them compares the
-    # last arrivals' tails, not speed, so only latency is compared
-    rated = bool(data.get("rate"))
-    comparisons = table(["adaptive", "against", *([] if rated else ["tok/s ratio", ""]), "p95 ratio", ""],
-                        [[f"`{c['reference']}`", f"`{c['config']}`",
-                          *([] if rated else [_spread(c["throughput"]), c["throughput"]["verdict"]]),
-                          _spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]]
-                         for c in data["comparisons"]])
-    bounds = ",".join(label(b, o).split("@")[1] for b, o in variants(data))
-    image = name.replace(".json", ".png")
-    split = data.get("split")
-    prompts = f"--prompts {data['prompts']} --split {split} " if split else ""
-    command = (f".venv/bin/python -m benchmarks.serve_tradeoff {prompts}--concurrency {data['concurrency']} "
-               f"--bounds {bounds} "
-               f"--rounds {data['rounds']} --requests {data['requests']} --max-tokens {data['max_tokens']} "
-               f"--prefill-chunk {data['prefill_chunk']}" + (f" --rate {data['rate']:g}" if data.get("rate") else "")
-               + f" --out benchmarks/results/{name} --plot benchmarks/results/{image}")
-    before = ("" if "cap_pace_decay" in data else
-              "Measured with the batch cap before it kept its pace ([above](#the-batch-caps-prices-against-the-"
-              "served-runs-forwards)): each cost fit priced at the speed its own kind of forward last ran.")
-    arriving = (f"{data['rate']:g} requests a second (at most {data['concurrency']} at once)" if data.get("rate")
-                else f"{data['concurrency']} concurrent requests")
-    offered = ([f"The same requests sent at {data['rate']:g} a second, Poisson arrivals at the same seeded times for "
-                "every config, instead of as fast as the concurrency allows: every config serves the same offered "
-                "load, so a config whose answers end sooner is not sent more prompts to prefill while its slowest "
-                "requests run (a closed loop does that: the arrivals table above)."
-                + (" Every request completed, so each config's throughput is that load's, whatever its speed: what "
-                   "differs is latency." if all(r["completed"] == r["requests"] for r in data["runs"]) else "")]
-               if data.get("rate") else [])
-    corpus = Path(data["prompts"]).name
-    chosen = ([f"{data['requests']} requests a run from [`{corpus}`](corpus/{corpus})'s `{split}` "
-               "split (the same seeded choice every run) instead of the shift stream: prompts of every kind that the "
-               "held-out figures above do not use, on which the server's default "
-               + ("objective was chosen ([below](#choosing-the-objective))." if "objectives" in data else
-                  "bound was chosen ([below](#choosing-the-default-bound)).")] if split else [])
-    objectives = (" and ".join(dict.fromkeys(o for _, o in variants(data))) + " objectives" if "objectives" in data
-                  else "")
-    heading = (f"### {arriving}{f', {split} prompts' if split else ''}{f', {objectives}' if objectives else ''}, "
-               f"{data['rounds']} rounds, "
-               f"{data['requests']} requests of {data['max_tokens']} new tokens a run")
-    return "\n\n".join([heading, *chosen, *offered, *([before] if before else []),
-                         table(["config", "output tok/s", "E2EL p95 s", "drafting"], rows), comparisons,
-                         f"![output tok/s against p95 latency, {arriving}](results/{image})",
-                         provenance(results_dir, [name], dates, command, machine_line(data))])
 
 
 def _overhead_effect(runs: list[dict]) -> str:

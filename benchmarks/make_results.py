@@ -33,8 +33,8 @@ from benchmarks.suffix_sections import present as suffix_workloads, suffix_secti
 from benchmarks.batching_sections import (batching_section, cap_pace_section, packed_forward_section,
                                           prefill_chunk_section, serve_batching_bounded_section,
                                           serve_batching_goodput_section,
-                                          serve_batching_section, serve_batching_unbounded_section,
-                                          serve_tradeoff_section)
+                                          serve_batching_section, serve_batching_unbounded_section)
+from benchmarks.tradeoff_sections import serve_tradeoff_section
 from benchmarks.serve_shift import phase_plan
 from benchmarks.results_kit import (BENCH_DIR, NOT_REPORTED, PROMPTS, README, README_BEGIN, README_END, RESULTS_DIR,
                                    RESULTS_MD, load, machine_line, provenance, table)
