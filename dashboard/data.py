@@ -286,6 +286,39 @@ def gauges(path: str, since: float, model: str) -> pd.DataFrame:
                  (since, model))
 
 
+CAP_COLUMNS = ("cap_none", "cap_kept", "cap_shortened", "cap_plain")  # the batch cap's calls (SCHEMA.md)
+
+
+def _has_batches(path: str) -> bool:
+    return not query(path, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'batch_intervals'").empty
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def batch_by_rows(path: str, since: float, model: str) -> pd.DataFrame:
+    """The batched engine's decode forwards in the window, by rows in the forward: ``forwards``,
+    ``row_steps``, ``drafting`` (row-steps that verified a draft), ``seconds``, ``cut_tokens``,
+    ``prompt_tokens`` and the cap's calls; empty for a model never served batched, or a store
+    written before the table existed (schema 4)."""
+    columns = ["rows", "forwards", "row_steps", "drafting", "seconds", "cut_tokens", "prompt_tokens", *CAP_COLUMNS]
+    if not _has_batches(path):
+        return pd.DataFrame(columns=columns)
+    caps = ", ".join(f"SUM({c}) AS {c}" for c in CAP_COLUMNS)
+    return query(path, "SELECT rows, SUM(forwards) AS forwards, SUM(rows * forwards) AS row_steps, SUM(drafting) AS drafting, "
+                       "SUM(seconds) AS seconds, SUM(cut_tokens) AS cut_tokens, SUM(prompt_tokens) AS prompt_tokens, "
+                       f"{caps} FROM batch_intervals WHERE end_time >= ? AND model = ? GROUP BY rows ORDER BY rows",
+                 (since, model))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def batch_buckets(path: str, since: float, bucket_s: float, model: str) -> pd.DataFrame:
+    """The same forwards per time bucket ``t`` (its start): ``forwards``, ``row_steps``, ``drafting``."""
+    if not _has_batches(path):
+        return pd.DataFrame(columns=["t", "forwards", "row_steps", "drafting"])
+    return query(path, "SELECT CAST(end_time / ? AS INTEGER) * ? AS t, SUM(forwards) AS forwards, "
+                       "SUM(rows * forwards) AS row_steps, SUM(drafting) AS drafting FROM batch_intervals "
+                       "WHERE end_time >= ? AND model = ? GROUP BY t ORDER BY t", (bucket_s, bucket_s, since, model))
+
+
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def alerts(path: str, since: float) -> pd.DataFrame:
     """Alerts firing now, and those resolved since ``since``; firing first, newest first."""

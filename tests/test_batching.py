@@ -9,10 +9,10 @@ import torch
 from adaptive_spec import SpeculativeDecoder
 from adaptive_spec.batching import BatchedDecoder, SlotCache
 from adaptive_spec.drafters import Int8Drafter, NgramDrafter
-from adaptive_spec.drafters.base import Drafter, Proposal
+from adaptive_spec.drafters.base import Drafter
 from adaptive_spec.errors import InvalidParameterError
+from batch_kit import Confident, EchoDrafter, dear_drafts_cap
 from policies import StaticPolicy
-from policies.heuristic import HeuristicPolicy
 from policies.registry import make_policy
 from tiny import loaded, one_thread, tiny_gemma3, tiny_llama
 
@@ -329,28 +329,11 @@ def test_controller_pools_are_bounded_like_the_registry():
     assert len(engine._pools) <= 3 and "user-9" in engine._pools
 
 
-class EchoDrafter(Drafter):
-    """Always drafts: the context's last ``k`` tokens again (never a lookup miss)."""
-
-    name = "echo"
-
-    def propose(self, context, k, config, generator, early_stop=None):
-        return Proposal(tokens=list(context[-k:]))
-
-
 def test_a_row_left_with_nothing_to_verify_bounds_what_the_others_drafts_cost_it():
-    from policies.batch_cap import BatchDraftCap
-
-    class Confident(HeuristicPolicy):  # a learning controller whose choices do not depend on timings
-        def expected_tokens(self, drafter, k):
-            return [1.0 + i for i in range(k + 1)]  # every draft token accepted, it says
-
     decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0)), [EchoDrafter()])
 
     def served(slowdown):
-        cap = BatchDraftCap(plain_slowdown=slowdown)  # a step with any multi-token row costs ~4x a plain one
-        cap.warm([(r, w, 0.01 + 0.01 * r + 0.001 * r * w + 0.05 * r * (w > 1), context)
-                  for r in (1, 2, 4) for w in (1, 2, 5, 9) for context in (8, 32, 128)])
+        cap = dear_drafts_cap(slowdown)  # a step with any multi-token row costs ~4x a plain one
         engine = BatchedDecoder(decoder, max_batch=2, draft_cap=cap)
         drafting = engine.submit(COPY, policy=Confident("echo", start_k=8), max_new_tokens=30)
         plain = engine.submit(PROMPTS[1], policy=make_policy("plain", ["echo"]), max_new_tokens=12)

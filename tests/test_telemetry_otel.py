@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry, generate_latest
 
 from adaptive_spec import SpeculativeDecoder
+from adaptive_spec.batching import BatchedDecoder
 from adaptive_spec.drafters import NgramDrafter
 from adaptive_spec.telemetry.otel import OTelObserver
 from policies import StaticPolicy
@@ -113,9 +114,15 @@ def test_prometheus_export_serves_every_series_the_alert_rules_use():
     plain = SpeculativeDecoder(loaded(tiny_llama(0)), [NgramDrafter()], StaticPolicy("none", 0), observers=[observer])
     plain.generate(PROMPT, max_new_tokens=12)
     plain.generate(PROMPT, max_new_tokens=12, policy=StaticPolicy("ngram", 4))
+    batched = BatchedDecoder(plain, max_batch=2)  # the batch's series come from batched forwards
+    for policy in (StaticPolicy("ngram", 4), StaticPolicy("none", 0)):
+        batched.submit(PROMPT, policy=policy, max_new_tokens=8)
+    batched.run()
+    observer.flush_counters()
     exported = generate_latest(registry).decode()
     used = set(re.findall(r"\b(adaptive_spec_[a-z_]+|gen_ai_[a-z_]+)", RULES.read_text()))
-    used = {name for name in used if not name.startswith(("adaptive_spec_drafter", "adaptive_spec_traffic_key", "gen_ai_request_model"))}
+    labels = ("adaptive_spec_drafter", "adaptive_spec_traffic_key", "adaptive_spec_batch_rows", "gen_ai_request_model")
+    used = {name for name in used if not name.startswith(labels)}
     assert used, "no metric names found in the rules file"
     missing = [name for name in sorted(used) if not re.search(rf"^{name}[{{ ]", exported, re.M)]
     assert missing == []

@@ -18,7 +18,7 @@ needs_promtool = pytest.mark.skipif(promtool is None, reason="promtool not insta
 def test_rules_file_is_valid():
     done = subprocess.run([promtool, "check", "rules", str(RULES_DIR / "alerts.yml")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "8 rules found" in done.stdout
+    assert "11 rules found" in done.stdout
 
 
 @needs_promtool

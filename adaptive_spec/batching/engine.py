@@ -20,7 +20,9 @@ row's tokens from its gate's estimate for the match it drafted from, the step's 
 measured cost of the batch's shape; only lengths that slow no row beyond the slowdown bound, per
 token it expects from the step, widened by its credit (what its own accepted drafts saved it)
 (``policies.batch_cap``).
-Concurrent requests of one traffic key get controllers of their own (``_pooled``).
+Concurrent requests of one traffic key get controllers of their own (``_pooled``). Observers hear
+each decode forward (``on_batch_step``: the batch around the rows, ``record.BatchStep``) besides
+each row's step.
 
 What it does not do yet: drafters with a model of their own (their caches are per request; only
 lookups such as ``ngram`` are batched).
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from adaptive_spec.batching.record import BatchStep, cap_call
 from adaptive_spec.batching.slots import Prefill, SlotCache
 from adaptive_spec.config import PREFILL_CHUNK, GenerationConfig, validate_draft_len
 from adaptive_spec.decoder import SpeculativeDecoder, _config
@@ -381,6 +384,7 @@ class BatchedDecoder:
                         for row, plan, (p, d) in zip(self.active, plans, proposals)]
             cap = self.draft_cap.pick([len(d) for _, d in proposals], expected, bound, self.slots.scored,
                                       [row.credit for row in self.active], context)
+        call = cap_call(cap, [len(d) for _, d in proposals], bound)
         if cap is not None:
             for row, plan, capped, (_, drafts) in zip(self.active, plans, bound, proposals):
                 if capped and cap == 0 and drafts:  # decoded plainly against its plan: it learns a plain step
@@ -398,6 +402,9 @@ class BatchedDecoder:
             verdicts.append(verdict)
         t2 = decoder._now()
         verify_s = self._rows_verify_s(riders, rows, context, t1 - t0, t2 - t1)
+        if decoder.observers:
+            decoder.observers.notify("on_batch_step", decoder.target_model.name, BatchStep(
+                rows, sum(1 for _, drafts in proposals if drafts), *call, sum(tokens for _, tokens in riders), t2 - t0))
         for index, row in enumerate(self.active):
             (proposal, drafts), verdict, plan = proposals[index], verdicts[index], plans[index]
             step_tokens = [*drafts[: verdict.num_accepted], verdict.next_token]

@@ -56,7 +56,8 @@ class Service:
         self.worker: EngineWorker | None = None
         self.load_error: str | None = None
         self.draining = False
-        self.metrics = ServerMetrics(lambda: self.worker.depth if self.worker else 0, self._suffix_stats)
+        self.metrics = ServerMetrics(lambda: self.worker.depth if self.worker else 0, self._suffix_stats,
+                                     lambda: self.worker.running if self.worker else 0)
         self._load = load
 
     def _suffix_stats(self) -> dict | None:

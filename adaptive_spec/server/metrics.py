@@ -1,5 +1,6 @@
-"""``/metrics``: the engine's telemetry (the OpenTelemetry Prometheus reader's speculation and
-GenAI metrics, in prometheus_client's default registry) and the server's own counters.
+"""``/metrics``: the engine's telemetry (the OpenTelemetry Prometheus reader's speculation, GenAI
+and batch metrics, in prometheus_client's default registry) and the server's own counters and
+gauges (requests waiting and running).
 
 The server's counters live in a registry of their own, one per app, so that two apps in one
 process (tests) do not collide; the exposition is both registries, one after the other.
@@ -23,12 +24,15 @@ SUFFIX_GAUGES = {
 
 
 class ServerMetrics:
-    def __init__(self, queue_depth: Callable[[], int], suffix_stats: Callable[[], dict | None] = lambda: None) -> None:
+    def __init__(self, queue_depth: Callable[[], int], suffix_stats: Callable[[], dict | None] = lambda: None,
+                 running: Callable[[], int] = lambda: 0) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("adaptive_spec_http_requests", "HTTP requests by route and status",
                                 ["method", "route", "status"], registry=self.registry)
         depth = Gauge("adaptive_spec_queue_depth", "requests waiting for the engine", registry=self.registry)
         depth.set_function(queue_depth)
+        Gauge("adaptive_spec_requests_running", "requests generating now (with --max-batch above 1: rows in the batch)",
+              registry=self.registry).set_function(running)
         self._suffix_stats = suffix_stats
         self._suffix = {field: Gauge(f"adaptive_spec_suffix_history_{field}", help_text, registry=self.registry)
                         for field, help_text in SUFFIX_GAUGES.items()}

@@ -65,6 +65,11 @@ class EngineWorker:
     def depth(self) -> int:
         return self.queue.qsize()
 
+    @property
+    def running(self) -> int:
+        """Requests generating now (taken from the queue, not yet ended)."""
+        return max(0, self.in_flight - self.depth)
+
     def submit(self, job: Job) -> None:
         if self.draining:
             raise APIError(503, "the server is shutting down; retry on another replica", code="draining")

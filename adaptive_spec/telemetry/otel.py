@@ -29,6 +29,9 @@ Metrics (Prometheus names after the exporter's translation in brackets):
 - gauges by model and ``adaptive_spec.traffic_key``: ``adaptive_spec.speculation.k`` (current k),
   ``adaptive_spec.speculation.enabled`` (1/0, see ``tracker.py``), and
   ``adaptive_spec.speculation.active_drafter`` (1 for the active drafter, 0 for the others seen)
+- the batched engine's decode forwards, by model and rows in the forward (``batch_otel.py``):
+  ``adaptive_spec.batch.forwards``, ``.row_steps``, ``.drafting_row_steps``, ``.duration``,
+  ``.cap_calls``, ``.cut_draft_tokens``, ``.prompt_tokens``
 - what drafters hold across requests, by model (``SpeculativeDecoder.report_gauges``, every few
   seconds): ``adaptive_spec.drafter.suffix_history_tokens``, ``_outputs``, ``_keys``, ``_memory_bytes``
   [``adaptive_spec_drafter_suffix_history_tokens`` ...; the server's own /metrics gauges keep their names]
@@ -54,6 +57,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from adaptive_spec.telemetry.batch_otel import BatchCounters
 from adaptive_spec.telemetry.recorder import event_decision
 from adaptive_spec.telemetry.tracker import SpeculationTracker
 
@@ -122,6 +126,7 @@ class OTelObserver:
         self.k_gauge = g("adaptive_spec.speculation.k", description="Draft length of the last speculative step")
         self.enabled_gauge = g("adaptive_spec.speculation.enabled", description="1 while speculation is on")
         self.drafter_gauge = g("adaptive_spec.speculation.active_drafter", description="1 for the active drafter")
+        self.batch = BatchCounters(meter)
         self._meter = meter
         self._engine_gauges: dict[str, Any] = {}  # created as the engine first reports each name
         self.tracker = SpeculationTracker()
@@ -206,6 +211,13 @@ class OTelObserver:
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush_counters()
 
+    def on_batch_step(self, model: str, step) -> None:
+        """One decode forward of the batched engine (``adaptive_spec.batching.record.BatchStep``)."""
+        with self._lock:
+            self.batch.add(model, step)
+        if time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush_counters()
+
     def on_gauges(self, model: str, values: dict[str, float]) -> None:
         """The engine's sampled gauges (``SpeculativeDecoder.report_gauges``), by model."""
         for name, value in values.items():
@@ -256,6 +268,8 @@ class OTelObserver:
         with self._lock:
             pending, self._counts = self._counts, {}
             self._last_flush = time.monotonic()
+            batch = self.batch.take()
+        self.batch.publish(batch)
         for (model, drafter), c in pending.items():
             attrs = {"gen_ai.request.model": model, "adaptive_spec.drafter": drafter}
             self.decode_duration.add(c.decode_s, attrs)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from adaptive_spec.telemetry.aggregate import IntervalAggregator
+from adaptive_spec.telemetry.batch_intervals import BatchIntervals
 from adaptive_spec.telemetry.tracker import Decision, SpeculationTracker
 from adaptive_spec.telemetry.writer import BackgroundWriter, WriterConfig
 from policies.outcome import PLAIN
@@ -53,6 +54,7 @@ class StoreRecorder:
         self.writer = writer or BackgroundWriter(self.path, self.config.writer)
         self.run_id = uuid.uuid4().hex[:12]  # request ids restart per process; this tells runs apart
         self.aggregator = IntervalAggregator(self.config.interval_s)
+        self.batches = BatchIntervals(self.run_id, self.config.interval_s)
         self.tracker = SpeculationTracker()
         self._requests: dict[int, _Request] = {}
         self._lock = threading.Lock()
@@ -68,6 +70,13 @@ class StoreRecorder:
         now = time.time()
         for name, value in values.items():
             self.writer.put("gauges", (self.run_id, now, model, name, float(value)))
+
+    def on_batch_step(self, model: str, step) -> None:
+        """One decode forward of the batched engine (``adaptive_spec.batching.record.BatchStep``)."""
+        with self._lock:
+            closed = self.batches.add(model, step, time.time())
+        for row in closed:
+            self.writer.put("batch_intervals", row)
 
     def on_step(self, request, outcome, events: list) -> None:
         put, run_id = self.writer.put, self.run_id
@@ -95,8 +104,12 @@ class StoreRecorder:
         with self._lock:
             closed = self.aggregator.close(request.model, request.key)
             state = self._requests.pop(request.request_id, None) or _Request()
+            # a request's end also ends the batch's interval: a batch that empties leaves nothing unwritten
+            batches = self.batches.close()
         for counters in closed:
             self.writer.put("intervals", counters.row(self.run_id))
+        for row in batches:
+            self.writer.put("batch_intervals", row)
         self.writer.put("requests", request_row(self.run_id, request, result, error, state.drafter_tokens))
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -108,8 +121,11 @@ class StoreRecorder:
     def close(self) -> None:
         with self._lock:
             closed = self.aggregator.close()
+            batches = self.batches.close()
         for counters in closed:
             self.writer.put("intervals", counters.row(self.run_id))
+        for row in batches:
+            self.writer.put("batch_intervals", row)
         self.writer.close()
 
 

@@ -38,8 +38,9 @@ from pathlib import Path
 
 from adaptive_spec.telemetry import access, rollup
 
-# 2: the notifications table; 3: the rollups; 4: the gauges table (an older store gains them when a writer opens it)
-SCHEMA_VERSION = 4
+# 2: the notifications table; 3: the rollups; 4: the gauges table; 5: the batch_intervals table (an
+# older store gains them when a writer opens it)
+SCHEMA_VERSION = 5
 
 # column order is the order of the tuples the recorder queues; keep both in step
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -60,6 +61,11 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "decisions": ("run_id", "time", "model", "key", "kind", "drafter", "value", "previous", "detail"),
     # what the engine holds besides the model (the suffix drafter's history: tokens, bytes), sampled
     "gauges": ("run_id", "time", "model", "name", "value"),
+    # the batched engine's decode forwards, summed per (model, rows in the forward) and interval
+    "batch_intervals": (
+        "run_id", "model", "rows", "start_time", "end_time", "forwards", "drafting", "seconds", "cut_tokens",
+        "prompt_tokens", "cap_none", "cap_kept", "cap_shortened", "cap_plain",
+    ),
 }
 
 # the raw tables, then the rollups and their triggers (``rollup.py``); ``connect`` runs them in one
@@ -95,6 +101,12 @@ _DDL = [
     id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, time REAL NOT NULL, model TEXT NOT NULL, name TEXT NOT NULL,
     value REAL NOT NULL)""",
     """CREATE INDEX IF NOT EXISTS gauges_time ON gauges (time)""",
+    """CREATE TABLE IF NOT EXISTS batch_intervals (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, model TEXT NOT NULL, rows INTEGER NOT NULL,
+    start_time REAL NOT NULL, end_time REAL NOT NULL, forwards INTEGER NOT NULL, drafting INTEGER NOT NULL,
+    seconds REAL NOT NULL, cut_tokens INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, cap_none INTEGER NOT NULL,
+    cap_kept INTEGER NOT NULL, cap_shortened INTEGER NOT NULL, cap_plain INTEGER NOT NULL)""",
+    """CREATE INDEX IF NOT EXISTS batch_intervals_time ON batch_intervals (end_time)""",
     """CREATE TABLE IF NOT EXISTS alerts (
     id INTEGER PRIMARY KEY, rule TEXT NOT NULL, model TEXT NOT NULL, key TEXT NOT NULL, drafter TEXT NOT NULL,
     state TEXT NOT NULL, fired_at REAL NOT NULL, resolved_at REAL, value REAL, threshold REAL,
@@ -110,7 +122,7 @@ _DDL = [
 
 # the time column retention ages each table by
 TIME_COLUMN = {"requests": "end_time", "intervals": "end_time", "steps": "time", "decisions": "time", "gauges": "time",
-               "alerts": "updated_at", "notifications": "updated_at"}
+               "batch_intervals": "end_time", "alerts": "updated_at", "notifications": "updated_at"}
 # rows retention never deletes: an alert while it fires, a notification until it is delivered or
 # given up (their number is bounded by the webhook's queue_size per receiver)
 KEEP = {"alerts": "state = 'firing'", "notifications": "state = 'pending'"}
@@ -268,6 +280,12 @@ def read_intervals(path: str | Path, since: float | None = None, until: float | 
 def read_steps(path: str | Path, since: float | None = None, until: float | None = None) -> list[dict]:
     """Per-step rows (present only when the store was written with ``steps=1``)."""
     return _read(path, "steps", since, until)
+
+
+def read_batch_intervals(path: str | Path, since: float | None = None, until: float | None = None) -> list[dict]:
+    """The batched engine's forwards, summed per (model, rows in the forward) and interval (a store
+    written before version 5: ``access.StoreError`` naming the missing table)."""
+    return _read(path, "batch_intervals", since, until)
 
 
 def read_decisions(path: str | Path, since: float | None = None, until: float | None = None) -> list[dict]:

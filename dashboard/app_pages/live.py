@@ -115,6 +115,36 @@ def drafter_memory(gauges: pd.DataFrame) -> None:
     st.altair_chart(charts.over_time(tokens, "value", "tokens", "series"))
 
 
+def batching(by_rows: pd.DataFrame, buckets: pd.DataFrame) -> None:
+    """How full the batch ran and how much of it speculated (``serve --max-batch`` above 1)."""
+    if by_rows.empty or not by_rows["forwards"].sum():
+        return
+    st.subheader("Batching")
+    total = by_rows.sum()
+    priced = sum(total[c] for c in data.CAP_COLUMNS if c != "cap_none")
+    c = st.columns(4)
+    c[0].metric("rows per forward", ui.fmt(data.ratio(total["row_steps"], total["forwards"]), ".2f"),
+                help="requests decoding together, mean over the decode forwards")
+    c[1].metric("rows' steps drafting", ui.fmt(data.ratio(total["drafting"], total["row_steps"]), ".1%"),
+                help="rows' decode steps that verified a draft, all batch sizes")
+    c[2].metric("forwards the cap cut", ui.fmt(data.ratio(total["cap_shortened"] + total["cap_plain"], priced), ".1%"),
+                help="of the forwards the batch cap priced: its drafts cut shorter or to nothing")
+    c[3].metric("prompt tokens riding", ui.fmt(total["prompt_tokens"], ",.0f"),
+                help="newcomers' prompt tokens prefilled inside decode forwards")
+    shares = by_rows.assign(share=by_rows["drafting"] / by_rows["row_steps"],
+                            seconds_per_forward=by_rows["seconds"] / by_rows["forwards"])
+    left, right = st.columns(2)
+    with left:
+        st.caption("share of rows' steps that drafted, by rows in the forward")
+        st.altair_chart(charts.bars(shares, "rows", "share", "rows in the forward", "rows' steps drafting", y_format=".0%"))
+    with right:
+        st.caption("seconds per forward, by rows in the forward")
+        st.altair_chart(charts.bars(shares, "rows", "seconds_per_forward", "rows in the forward", "seconds", y_format=".3f"))
+    over = buckets.assign(time=pd.to_datetime(buckets["t"], unit="s"), series="rows per forward",
+                          rows_per_forward=buckets["row_steps"] / buckets["forwards"])
+    st.altair_chart(charts.over_time(over, "rows_per_forward", "rows per forward", "series"))
+
+
 def decision_log(decisions: pd.DataFrame) -> None:
     st.subheader("Controller decisions")
     if decisions.empty:
@@ -151,6 +181,7 @@ def live() -> None:
     st.caption(f"last {window}, {bucket_s:g} s buckets, {refresh}")
     over_time(buckets, data.position_acceptance(path, since, model, keys))
     drafter_memory(data.gauges(path, since, model))
+    batching(data.batch_by_rows(path, since, model), data.batch_buckets(path, since, bucket_s, model))
     decision_log(data.decisions(path, since, model, keys))
 
 

@@ -1,0 +1,53 @@
+"""What telemetry hears of each decode forward of the batched engine (``on_batch_step``).
+
+Per request, the observers already hear every step (``on_step``); what no request sees is the
+batch around it: how many rows shared the forward, how many of them verified a draft, what the
+batch cap made of their drafts and how many newcomers' prompt tokens rode along. Those are what an
+operator needs to see the speculation share fall as the batch fills (and come back as it empties)
+on live traffic, where the benchmarks show it on theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# the batch cap's call on a step (``cap_call``)
+CAP_CALLS = (
+    "none",       # not priced: a lone row, no bound row drafting, or no cost known yet
+    "kept",       # priced, and every bound row kept its whole draft
+    "shortened",  # the bound rows' drafts cut to a shorter common length
+    "plain",      # the bound rows' drafts cut to nothing: they decode plainly this step
+)
+
+
+@dataclass(frozen=True)
+class BatchStep:
+    """One decode forward: ``rows`` requests decoding in it, ``drafting`` of them verifying a draft;
+    ``cap`` the batch cap's call (``CAP_CALLS``) and ``cut_tokens`` the draft tokens it cut;
+    ``prompt_tokens`` newcomers' prompt tokens that rode in the forward; ``seconds`` the step's
+    drafting, forward and verification."""
+
+    rows: int
+    drafting: int
+    cap: str
+    cut_tokens: int
+    prompt_tokens: int
+    seconds: float
+
+
+def cap_call(cap: int | None, lengths: Sequence[int], bound: Sequence[bool]) -> tuple[str, int]:
+    """The batch cap's call on a step whose rows had drafts ``lengths`` before it cut those of the
+    ``bound`` rows to ``cap`` (None: it did not price the step), and the draft tokens it cut.
+
+    >>> cap_call(None, [3, 0], [True, True]), cap_call(4, [3, 0], [True, True])
+    (('none', 0), ('kept', 0))
+    >>> cap_call(2, [5, 3, 8], [True, True, False]), cap_call(0, [5, 3, 8], [True, True, False])
+    (('shortened', 4), ('plain', 8))
+    """
+    if cap is None:
+        return "none", 0
+    cut = sum(max(0, n - cap) for n, b in zip(lengths, bound) if b)
+    if not cut:
+        return "kept", 0
+    return ("plain" if cap == 0 else "shortened"), cut
