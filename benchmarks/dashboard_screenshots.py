@@ -5,11 +5,17 @@ loadgen`` sends traffic that shifts from copy-heavy to open-ended requests and b
 driven by ``tests/browser_kit.py``) and the Live page is saved as a PNG.
 
     python -m benchmarks.dashboard_screenshots --out-dir dashboard/screenshots
+
+With ``--max-batch N`` the server batches (continuous batching, its default batch cap) and the
+shot is the page's Batching section alone (``live_batched.png``)::
+
+    python -m benchmarks.dashboard_screenshots --max-batch 8 --rate 0.5 --out-dir dashboard/screenshots
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -54,8 +60,9 @@ def stop(proc: subprocess.Popen) -> None:
 def record(store: Path, args: argparse.Namespace) -> None:
     """Serve with the store as telemetry and send the shifting traffic through loadgen."""
     port = free_port()
+    batching = ["--max-batch", str(args.max_batch)] if args.max_batch > 1 else []
     server = subprocess.Popen([sys.executable, "-m", "adaptive_spec.cli", "serve", "--port", str(port),
-                               "--telemetry", f"sqlite:{store}", "--max-queue", "1000"],
+                               "--telemetry", f"sqlite:{store}", "--max-queue", "1000", *batching],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for(f"http://127.0.0.1:{port}/health", server, "the server")
@@ -68,7 +75,18 @@ def record(store: Path, args: argparse.Namespace) -> None:
         stop(server)  # SIGTERM drains the server; the store's writer flushes on the way out
 
 
-def shoot(store: Path, out_dir: Path, profile: Path) -> Path:
+# the Batching section's top and the next section's: the region of the batched shot
+SECTION_JS = """(() => {
+  const heads = [...document.querySelectorAll('h3')];
+  const i = heads.findIndex(h => h.innerText.trim() === 'Batching');
+  if (i < 0) return null;
+  const top = heads[i].getBoundingClientRect().top + window.scrollY;
+  const next = heads[i + 1] ? heads[i + 1].getBoundingClientRect().top + window.scrollY : document.body.scrollHeight;
+  return JSON.stringify({top, next, width: document.body.scrollWidth});
+})()"""
+
+
+def shoot(store: Path, out_dir: Path, profile: Path, batched: bool = False) -> Path:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         raise SystemExit("no chromium on PATH (.ci/install-debian.sh chromium chromium)")
@@ -79,18 +97,27 @@ def shoot(store: Path, out_dir: Path, profile: Path) -> Path:
     browser = None
     try:
         wait_for(f"http://127.0.0.1:{port}/_stcore/health", dashboard, "the dashboard", 120)
-        browser = Chromium(chromium, profile, width=1400, height=1900)
+        browser = Chromium(chromium, profile, width=1400, height=2900 if batched else 1900)
         # without the refresh timer: a page that reruns every 2 s never settles for the shot
-        state = browser.open(f"http://127.0.0.1:{port}/?refresh=off&embed=true", ["acceptance rate", "not refreshing"],
-                             timeout_s=120, settle_s=3)
+        shows = ["acceptance rate", "not refreshing", *(["rows per forward"] if batched else [])]
+        state = browser.open(f"http://127.0.0.1:{port}/?refresh=off&embed=true", shows, timeout_s=120, settle_s=3)
         if state["exception"] or "acceptance rate" not in state["text"]:
             raise RuntimeError(f"the Live page did not render: {state['text'][:500]}")
         # the page alone: the navigation sidebar adds nothing to a picture of one page
         browser.call("Runtime.evaluate", expression="document.querySelector('[data-testid=stSidebar]')?.remove()")
         time.sleep(1)
         out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / "live.png"
-        browser.screenshot(path)
+        if not batched:
+            path = out_dir / "live.png"
+            browser.screenshot(path)
+            return path
+        found = browser.call("Runtime.evaluate", expression=SECTION_JS)["result"].get("value")
+        if not found:
+            raise RuntimeError("the Live page shows no Batching section: did the server batch?")
+        box = json.loads(found)
+        path = out_dir / "live_batched.png"
+        browser.screenshot(path, clip={"x": 0, "y": max(0.0, box["top"] - 16), "width": box["width"],
+                                       "height": box["next"] - box["top"]})
         return path
     finally:
         if browser is not None:
@@ -107,15 +134,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--endpoint", default="chat", choices=["chat", "completions"], help="chat: the prompts through the chat template, as users send them")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--traffic-key", default="chat", help="one key: one controller through the shift")
+    parser.add_argument("--max-batch", type=int, default=1,
+                        help="serve --max-batch: above 1, the shot is the Live page's Batching section")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "dashboard" / "screenshots")
     args = parser.parse_args(argv)
-    for name, value in (("rate", args.rate), ("max_tokens", args.max_tokens)):
+    for name, value in (("rate", args.rate), ("max_tokens", args.max_tokens), ("max_batch", args.max_batch)):
         if not value > 0:
             parser.error(f"{name}={value}: must be > 0")
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "telemetry.sqlite"
         record(store, args)
-        print(f"wrote {shoot(store, args.out_dir, Path(tmp) / 'chromium')}")
+        print(f"wrote {shoot(store, args.out_dir, Path(tmp) / 'chromium', batched=args.max_batch > 1)}")
 
 
 if __name__ == "__main__":

@@ -78,8 +78,10 @@ class Chromium:
                 return state
             time.sleep(0.25)
 
-    def screenshot(self, path: Path) -> None:
-        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+    def screenshot(self, path: Path, clip: dict | None = None) -> None:
+        """The page as a PNG; ``clip``: only that region (x, y, width, height in CSS pixels)."""
+        extra = {"clip": {**clip, "scale": 1}} if clip else {}
+        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True, **extra)["data"]
         path.write_bytes(base64.b64decode(data))
 
     def close(self) -> None:
