@@ -120,6 +120,8 @@ def batching(by_rows: pd.DataFrame, buckets: pd.DataFrame) -> None:
     if by_rows.empty or not by_rows["forwards"].sum():
         return
     st.subheader("Batching")
+    st.caption("the batched engine's decode forwards of this model in the window, every traffic key (a forward's "
+               "rows may be of any key)")
     total = by_rows.sum()
     priced = sum(total[c] for c in data.CAP_COLUMNS if c != "cap_none")
     c = st.columns(4)
@@ -138,7 +140,7 @@ def batching(by_rows: pd.DataFrame, buckets: pd.DataFrame) -> None:
         st.caption("share of rows' steps that drafted, by rows in the forward")
         st.altair_chart(charts.bars(shares, "rows", "share", "rows in the forward", "rows' steps drafting", y_format=".0%"))
     with right:
-        st.caption("seconds per forward, by rows in the forward")
+        st.caption("seconds per forward, by rows in the forward (a newcomer's prompt riding in it included)")
         st.altair_chart(charts.bars(shares, "rows", "seconds_per_forward", "rows in the forward", "seconds", y_format=".3f"))
     over = buckets.assign(time=pd.to_datetime(buckets["t"], unit="s"), series="rows per forward",
                           rows_per_forward=buckets["row_steps"] / buckets["forwards"])
