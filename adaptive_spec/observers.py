@@ -3,7 +3,7 @@
 An observer sees every request start, every step (with any controller events, such as an
 acceptance-collapse alarm) and every request end; optionally (a method of that name, where it has
 one) the engine's sampled gauges (``on_gauges``) and the batched engine's decode forwards
-(``on_batch_step``, ``adaptive_spec.batching.record.BatchStep``). Observers must never break or stall
+(``on_batch_step``, ``policies.batch_step.BatchStep``). Observers must never break or stall
 generation: ``notify`` catches whatever they raise, counts it, and reports each failing
 observer once on the log, and generation carries on.
 """
@@ -40,6 +40,7 @@ class GenerationObserver(Protocol):
     def on_step(self, request: RequestInfo, outcome: StepOutcome, events: list) -> None: ...
 
     def on_request_end(self, request: RequestInfo, result: Any | None, error: BaseException | None) -> None: ...
+
 
 class ObserverSet:
     def __init__(self, observers: list | None = None) -> None:

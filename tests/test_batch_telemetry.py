@@ -8,9 +8,9 @@ import threading
 
 from adaptive_spec import SpeculativeDecoder
 from adaptive_spec.batching import BatchedDecoder
-from adaptive_spec.batching.record import CAP_CALLS
 from adaptive_spec.server import Settings
 from batch_kit import Confident, EchoDrafter, dear_drafts_cap
+from policies.batch_step import CAP_CALLS
 from policies.registry import make_policy
 from server_kit import MODEL, StepCounter, client, live_server, tiny_decoder
 from tiny import loaded, one_thread, tiny_llama

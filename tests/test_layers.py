@@ -73,6 +73,7 @@ def test_command_runs_without_torch_or_transformers(args, shows, store, tmp_path
 IMPORTS = """
 import json, sys
 import adaptive_spec, adaptive_spec.errors, adaptive_spec.telemetry, adaptive_spec.telemetry.cli, adaptive_spec.cli
+import adaptive_spec.telemetry.recorder, adaptive_spec.telemetry.otel  # the observers, batched forwards included
 import benchmarks, benchmarks.sim_validation, policies, simulator, simulator.cli
 assert adaptive_spec.InvalidParameterError is adaptive_spec.errors.InvalidParameterError
 print("LAYERS " + json.dumps({"code": 0, "torch": "torch" in sys.modules,

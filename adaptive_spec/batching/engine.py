@@ -21,7 +21,7 @@ measured cost of the batch's shape; only lengths that slow no row beyond the slo
 token it expects from the step, widened by its credit (what its own accepted drafts saved it)
 (``policies.batch_cap``).
 Concurrent requests of one traffic key get controllers of their own (``_pooled``). Observers hear
-each decode forward (``on_batch_step``: the batch around the rows, ``record.BatchStep``) besides
+each decode forward (``on_batch_step``: the batch around the rows, ``policies.batch_step``) besides
 each row's step.
 
 What it does not do yet: drafters with a model of their own (their caches are per request; only
@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from adaptive_spec.batching.record import BatchStep, cap_call
 from adaptive_spec.batching.slots import Prefill, SlotCache
 from adaptive_spec.config import PREFILL_CHUNK, GenerationConfig, validate_draft_len
 from adaptive_spec.decoder import SpeculativeDecoder, _config
@@ -49,6 +48,7 @@ from adaptive_spec.observers import RequestInfo
 from adaptive_spec.result import GenerationResult, GenerationStats
 from policies.base import OverridePolicy, Policy
 from policies.batch_cap import BatchDraftCap
+from policies.batch_step import BatchStep, cap_call
 from policies.outcome import PLAIN, StepOutcome
 from policies.registry import PolicyRegistry, make_policy
 from policies.session import DecodeSession

@@ -7,7 +7,7 @@ holds at most one row per size of forward seen in it, whatever the step rate.
 
 from __future__ import annotations
 
-from adaptive_spec.batching.record import CAP_CALLS
+from policies.batch_step import CAP_CALLS
 
 
 class _Counts:

@@ -11,7 +11,7 @@ the forward, so a rate over them reads by how full the batch was):
 - ``adaptive_spec.batch.duration`` s [``..._duration_seconds_total``]: the steps' seconds (drafting,
   forward, verification)
 - ``adaptive_spec.batch.cap_calls`` [``..._cap_calls_total``], by ``adaptive_spec.batch.cap`` (none,
-  kept, shortened, plain: ``adaptive_spec.batching.record.CAP_CALLS``), and
+  kept, shortened, plain: ``policies.batch_step.CAP_CALLS``), and
   ``adaptive_spec.batch.cut_draft_tokens``: the draft tokens the batch cap cut
 - ``adaptive_spec.batch.prompt_tokens``: newcomers' prompt tokens that rode in decode forwards
 

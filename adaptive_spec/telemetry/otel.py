@@ -212,7 +212,7 @@ class OTelObserver:
             self.flush_counters()
 
     def on_batch_step(self, model: str, step) -> None:
-        """One decode forward of the batched engine (``adaptive_spec.batching.record.BatchStep``)."""
+        """One decode forward of the batched engine (``policies.batch_step.BatchStep``)."""
         with self._lock:
             self.batch.add(model, step)
         if time.monotonic() - self._last_flush >= self.flush_every_s:

@@ -72,7 +72,7 @@ class StoreRecorder:
             self.writer.put("gauges", (self.run_id, now, model, name, float(value)))
 
     def on_batch_step(self, model: str, step) -> None:
-        """One decode forward of the batched engine (``adaptive_spec.batching.record.BatchStep``)."""
+        """One decode forward of the batched engine (``policies.batch_step.BatchStep``)."""
         with self._lock:
             closed = self.batches.add(model, step, time.time())
         for row in closed:

@@ -1,10 +1,11 @@
-"""What telemetry hears of each decode forward of the batched engine (``on_batch_step``).
+"""What a decode forward of the batched engine did, as its observers hear it (``on_batch_step``).
 
-Per request, the observers already hear every step (``on_step``); what no request sees is the
-batch around it: how many rows shared the forward, how many of them verified a draft, what the
-batch cap made of their drafts and how many newcomers' prompt tokens rode along. Those are what an
-operator needs to see the speculation share fall as the batch fills (and come back as it empties)
-on live traffic, where the benchmarks show it on theirs.
+Per request, the observers hear every step (``StepOutcome``, ``on_step``); what no request sees is
+the batch around it: how many rows shared the forward, how many of them verified a draft, what the
+batch cap (``policies.batch_cap``) made of their drafts and how many newcomers' prompt tokens rode
+along. Those are what an operator needs to see the speculation share fall as the batch fills (and
+come back as it empties) on live traffic. Torch-free, like ``policies.outcome``: telemetry and the
+dashboard's layers import it.
 """
 
 from __future__ import annotations
