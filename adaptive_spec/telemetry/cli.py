@@ -1,4 +1,5 @@
-"""CLI commands over the telemetry store: ``adaptive-spec telemetry summary`` and ``adaptive-spec alerts``.
+"""CLI commands over the telemetry store: ``adaptive-spec telemetry summary``, ``telemetry batches``
+and ``adaptive-spec alerts``.
 
 Mount them in the main app::
 
@@ -29,7 +30,7 @@ telemetry_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Re
 
 @telemetry_app.callback()
 def _group() -> None:
-    """Read the embedded telemetry store."""  # a callback keeps `telemetry summary` a group with one command
+    """Read the embedded telemetry store."""  # a callback keeps `telemetry` a group of its commands
 
 
 DB_HELP = "Telemetry store (default: $ADAPTIVE_SPEC_TELEMETRY_DB or the user data directory's telemetry.sqlite)."
@@ -94,6 +95,32 @@ def summary_command(
                       f"{_f(r.ttft_p50, '.1f', 1e3)}/{_f(r.ttft_p99, '.1f', 1e3)}",
                       f"{_f(r.tpot_p50, '.1f', 1e3)}/{_f(r.tpot_p99, '.1f', 1e3)}")
     Console().print(table if rows else f"no telemetry in the last {window}")
+
+
+@telemetry_app.command("batches")
+def batches_command(
+    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
+    window: str = typer.Option("1h", "--window", help="How far back: 90s, 15m, 2h, 7d."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of rows instead of a table."),
+) -> None:
+    """Continuous batching (serve --max-batch): decode forwards per model and rows in the forward,
+    the share of rows' steps that drafted, seconds per forward, and what the batch cap cut."""
+    from adaptive_spec.telemetry.summary import batch_summary
+
+    path, window_s = _store(db), _window(window)
+    with _store_errors(path):
+        rows = batch_summary(path, window_s)
+    if as_json:
+        print(json.dumps([r.to_dict() for r in rows]))
+        return
+    table = Table(title=f"last {window} · drafting = rows' steps that verified a draft · "
+                        f"cut = forwards whose drafts the batch cap cut, of those it priced")
+    for col in ("model", "rows", "forwards", "drafting", "s/forward", "cut", "cut tokens", "prompt tokens riding"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for r in rows:
+        table.add_row(r.model, str(r.rows), str(r.forwards), _f(r.drafting_share, ".1%"),
+                      _f(r.seconds_per_forward, ".3f"), _f(r.cut_share, ".1%"), str(r.cut_tokens), str(r.prompt_tokens))
+    Console().print(table if rows else f"no batched decode forwards in the last {window} (serve --max-batch above 1 records them)")
 
 
 def alerts_command(

@@ -11,6 +11,13 @@ drafter (the one that proposed the most draft tokens) it is::
     ttft_p50/p90/p99, tpot_p50/p90/p99: nearest-rank percentiles over the requests
 
 Rates over no data are None, never 0: "no drafts" and "nothing accepted" are different answers.
+
+``batch_summary``: the batched engine's decode forwards per model and rows in the forward, from
+the ``batch_intervals`` counters (``SCHEMA.md``)::
+
+    drafting_share       = sum(drafting) / sum(rows * forwards)     (rows' steps that verified a draft)
+    seconds_per_forward  = sum(seconds) / sum(forwards)
+    cut_share            = (shortened + plain) / (kept + shortened + plain)   (forwards the cap priced)
 """
 
 from __future__ import annotations
@@ -115,3 +122,56 @@ def summary(path: str | Path, window_s: float = 3600.0, now: float | None = None
     now = time.time() if now is None else now
     since = now - window_s
     return summarize(store.read_intervals(path, since, now), store.read_requests(path, since, now))
+
+
+@dataclass
+class BatchRow:
+    model: str
+    rows: int
+    forwards: int
+    row_steps: int
+    drafting_share: float | None
+    seconds_per_forward: float | None
+    cut_share: float | None
+    cut_tokens: int
+    prompt_tokens: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize_batches(intervals: list[dict]) -> list[BatchRow]:
+    """Per (model, rows in the forward) over ``batch_intervals`` rows (pure; ``batch_summary`` reads them).
+
+    >>> row = dict(model="m", rows=4, forwards=10, drafting=8, seconds=1.5, cut_tokens=12, prompt_tokens=0,
+    ...            cap_none=0, cap_kept=6, cap_shortened=1, cap_plain=3)
+    >>> b, = summarize_batches([row, {**row, "drafting": 2}])
+    >>> b.row_steps, b.drafting_share, b.seconds_per_forward, b.cut_share
+    (80, 0.125, 0.15, 0.4)
+    """
+    sums: dict[tuple[str, int], dict] = {}
+    for r in intervals:
+        c = sums.setdefault((r["model"], r["rows"]), dict.fromkeys(
+            ("forwards", "drafting", "seconds", "cut_tokens", "prompt_tokens", "priced", "cut"), 0))
+        for name in ("forwards", "drafting", "seconds", "cut_tokens", "prompt_tokens"):
+            c[name] += r[name]
+        c["priced"] += r["cap_kept"] + r["cap_shortened"] + r["cap_plain"]
+        c["cut"] += r["cap_shortened"] + r["cap_plain"]
+    return [BatchRow(model=model, rows=rows, forwards=c["forwards"], row_steps=rows * c["forwards"],
+                     drafting_share=c["drafting"] / (rows * c["forwards"]) if c["forwards"] else None,
+                     seconds_per_forward=c["seconds"] / c["forwards"] if c["forwards"] else None,
+                     cut_share=c["cut"] / c["priced"] if c["priced"] else None,
+                     cut_tokens=c["cut_tokens"], prompt_tokens=c["prompt_tokens"])
+            for (model, rows), c in sorted(sums.items())]
+
+
+def batch_summary(path: str | Path, window_s: float = 3600.0, now: float | None = None) -> list[BatchRow]:
+    """Batch rows of the store at ``path`` over the last ``window_s`` seconds (none from a store
+    written before the table existed, schema 4)."""
+    from adaptive_spec.telemetry import access
+
+    now = time.time() if now is None else now
+    tables = access.read_query(path, "SELECT name FROM sqlite_master WHERE type = 'table'")
+    if not any(t["name"] == "batch_intervals" for t in tables):
+        return []
+    return summarize_batches(store.read_batch_intervals(path, now - window_s, now))

@@ -1,17 +1,21 @@
-"""The batched engine's forwards in the telemetry store (``batch_intervals``) and on the Live page:
-the store's sums are the forwards the engine ran, and the page shows the store's sums."""
+"""The batched engine's forwards in the telemetry store (``batch_intervals``), on the Live page and
+in ``telemetry batches``: the store's sums are the forwards the engine ran, and the page and the
+command show the store's sums."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections import Counter
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
 
 from adaptive_spec import SpeculativeDecoder
 from adaptive_spec.batching import BatchedDecoder
 from adaptive_spec.telemetry import store
+from adaptive_spec.telemetry.cli import telemetry_app
 from adaptive_spec.telemetry.recorder import RecorderConfig, StoreRecorder
 from batch_kit import Confident, EchoDrafter, dear_drafts_cap
 from dashboard_testkit import APP, query
@@ -92,6 +96,22 @@ def test_the_live_page_shows_the_batch_from_the_store(batched, monkeypatch):
     assert shown["prompt tokens riding"] == f"{prompt:,.0f}"
 
 
+def test_telemetry_batches_prints_the_store_by_rows(batched):
+    path, steps = batched
+    out = CliRunner().invoke(telemetry_app, ["batches", "--db", str(path), "--window", "1h", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = {r["rows"]: r for r in json.loads(out.output)}
+    assert set(rows) == {s.rows for s in steps}
+    for n, r in rows.items():
+        mine = [s for s in steps if s.rows == n]
+        assert r["forwards"] == len(mine) and r["row_steps"] == n * len(mine)
+        assert r["drafting_share"] == sum(s.drafting for s in mine) / (n * len(mine))
+        priced = [s for s in mine if s.cap != "none"]
+        assert r["cut_share"] == (sum(s.cap in ("shortened", "plain") for s in priced) / len(priced) if priced else None)
+    table = CliRunner().invoke(telemetry_app, ["batches", "--db", str(path)])
+    assert table.exit_code == 0 and "rows" in table.output and "drafting" in table.output
+
+
 def test_a_store_without_batches_shows_no_batching_section(tmp_path, monkeypatch):
     path = tmp_path / "single.sqlite"
     recorder = StoreRecorder(path)
@@ -110,3 +130,5 @@ def test_a_store_without_batches_shows_no_batching_section(tmp_path, monkeypatch
     assert at.metric and "Batching" not in [s.value for s in at.subheader]
     with pytest.raises(store.access.StoreError, match="batch_intervals"):
         store.read_batch_intervals(path)
+    out = CliRunner().invoke(telemetry_app, ["batches", "--db", str(path)])
+    assert out.exit_code == 0 and "no batched decode forwards" in out.output
