@@ -70,20 +70,30 @@ def _f(x, fmt: str = ".2f", scale: float = 1.0) -> str:
     return "-" if x is None else format(x * scale, fmt)
 
 
+# the options every `telemetry` command reading a window of the store takes
+WINDOW = typer.Option("1h", "--window", help="How far back: 90s, 15m, 2h, 7d.")
+AS_JSON = typer.Option(False, "--json", help="Print a JSON list of rows instead of a table.")
+
+
+def _window_rows(db: Optional[Path], window: str, as_json: bool, read) -> list | None:
+    """``read(path, window_s)``'s rows of the store; printed as JSON (then None) with ``as_json``."""
+    path, window_s = _store(db), _window(window)
+    with _store_errors(path):
+        rows = read(path, window_s)
+    if as_json:
+        print(json.dumps([r.to_dict() for r in rows]))
+        return None
+    return rows
+
+
 @telemetry_app.command("summary")
-def summary_command(
-    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
-    window: str = typer.Option("1h", "--window", help="How far back: 90s, 15m, 2h, 7d."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of rows instead of a table."),
-) -> None:
+def summary_command(db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP), window: str = WINDOW,
+                    as_json: bool = AS_JSON) -> None:
     """Acceptance, mean acceptance length, tokens/s and TTFT/TPOT percentiles per model and drafter."""
     from adaptive_spec.telemetry.summary import summary
 
-    path, window_s = _store(db), _window(window)
-    with _store_errors(path):
-        rows = summary(path, window_s)
-    if as_json:
-        print(json.dumps([r.to_dict() for r in rows]))
+    rows = _window_rows(db, window, as_json, summary)
+    if rows is None:
         return
     table = Table(title=f"last {window} · acceptance = accepted/draft tokens · MAL = 1 + accepted/drafts")
     for col in ("model", "drafter", "requests", "acceptance", "MAL", "decode tok/s", "tok/s",
@@ -98,20 +108,14 @@ def summary_command(
 
 
 @telemetry_app.command("batches")
-def batches_command(
-    db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP),
-    window: str = typer.Option("1h", "--window", help="How far back: 90s, 15m, 2h, 7d."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of rows instead of a table."),
-) -> None:
+def batches_command(db: Optional[Path] = typer.Option(None, "--db", help=DB_HELP), window: str = WINDOW,
+                    as_json: bool = AS_JSON) -> None:
     """Continuous batching (serve --max-batch): decode forwards per model and rows in the forward,
     the share of rows' steps that drafted, seconds per forward, and what the batch cap cut."""
     from adaptive_spec.telemetry.summary import batch_summary
 
-    path, window_s = _store(db), _window(window)
-    with _store_errors(path):
-        rows = batch_summary(path, window_s)
-    if as_json:
-        print(json.dumps([r.to_dict() for r in rows]))
+    rows = _window_rows(db, window, as_json, batch_summary)
+    if rows is None:
         return
     table = Table(title=f"last {window} · drafting = rows' steps that verified a draft · "
                         f"cut = forwards whose drafts the batch cap cut, of those it priced")
