@@ -206,14 +206,23 @@ def _by_rows(data: dict) -> str:
     seen = sorted({n for counts in pooled.values() for n in counts})
     won = all(v[2] is not None for counts in pooled.values() for v in counts.values())
     be = data.get("draft_break_even")
+    # the replica's own iterations, replayed at the runs' speed (files predicted before it was counted: none)
+    replayed = pooled_by_rows(data["runs"], "adaptive", "simulated_drafting_by_rows_timeline") \
+        if "adaptive" in drafting else {}
 
     def cells(config: str, n: int) -> list[str]:
         drafted, total, accepted = pooled[config].get(n, (0, 0, None))
         share = f"{drafted / total:.0%} ({total})" if total else "-"
         return [share, *([f"{accepted / drafted:.2f}" if drafted else "-"] if won else [])]
 
-    rows = [[str(n), *(cell for c in drafting for cell in cells(c, n)), *([f"{be['tokens'][str(n)]:.2f}"] if be else [])]
-            for n in seen]
+    def simulated(n: int) -> list[str]:
+        if not replayed:
+            return []
+        drafted, total, _ = replayed.get(n, (0, 0, None))
+        return [f"{drafted / total:.0%} ({total})" if total else "-"]
+
+    rows = [[str(n), *(cell for c in drafting for cell in cells(c, n)), *simulated(n),
+             *([f"{be['tokens'][str(n)]:.2f}"] if be else [])] for n in seen]
     text = ("Speculation by how full the batch was: the server's record of every decode step, the rows grouped by "
             "the forward that scored them; per number of rows in the forward, the share of those rows' steps that "
             "verified a draft (the row-steps in brackets), over every run of the config, all concurrencies and "
@@ -223,8 +232,12 @@ def _by_rows(data: dict) -> str:
                  f"the tokens beyond its next one that one row's {be['k']}-token draft must get accepted for the "
                  "step to bring more tokens per second than a plain step of the same rows (the other rows' tokens "
                  "are the same either way). A row alone is never cut: its own controller weighs its drafts.")
+    if replayed:
+        text += (" *Simulated*: the same share in the simulator's timeline replays of the `adaptive` runs (above), "
+                 "per number of sequences its iterations decoded: whether the replica's batch cap, the server's "
+                 "code on the profile's costs, keeps drafts at the batch sizes where the server's kept them.")
     header = ["rows in the forward", *(h for c in drafting for h in [f"`{c}` drafting", *([f"`{c}` won"] if won else [])]),
-              *(["must win (tokens)"] if be else [])]
+              *(["`adaptive` simulated"] if replayed else []), *(["must win (tokens)"] if be else [])]
     return "\n\n".join([text, table(header, rows)])
 
 

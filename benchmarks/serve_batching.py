@@ -225,6 +225,8 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
                                    speed=timeline, concurrency=run["concurrency"], prefill_speed=prefill,
                                    overhead=between[0] if between else None, hooks=[drafting])["e2e_s"]
         out["simulated_drafting" + suffix] = drafting.share()
+        if suffix == "_timeline":  # the replay the published comparisons use
+            out["simulated_drafting_by_rows" + suffix] = drafting.by_rows()
         out["simulated_e2e_s" + suffix] = predicted
         out["simulator_error" + suffix] = {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}
     return out
@@ -232,17 +234,28 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
 
 class DraftingShare:
     """A replay's share of decode steps that verified a draft, as the run's ``speculative_step_share``
-    counts them: where the replica drafts otherwise than the server did, their latencies part."""
+    counts them: where the replica drafts otherwise than the server did, their latencies part. Also
+    by how many sequences the iteration decoded (``by_rows``), as the run's ``drafting_by_rows``
+    counts its forwards' rows: whether the replica's batch cap shrinks speculation as the batch
+    fills where the server's did."""
 
     def __init__(self) -> None:
         self.steps = self.drafting = 0
+        self.rows: dict[int, list[int]] = {}  # sequences in the iteration -> [drafted, steps]
 
     def on_step(self, outcome, batch_size: int) -> None:
         self.steps += 1
         self.drafting += outcome.proposed > 0
+        counts = self.rows.setdefault(batch_size, [0, 0])
+        counts[0] += outcome.proposed > 0
+        counts[1] += 1
 
     def share(self) -> float | None:
         return self.drafting / self.steps if self.steps else None
+
+    def by_rows(self) -> dict[str, list[int]]:
+        """Per sequences in the iteration (as text, a JSON key): [steps that drafted, steps]."""
+        return {str(n): self.rows[n] for n in sorted(self.rows)}
 
     def on_request_arrival(self, *args) -> None: ...
     def on_request_start(self, *args) -> None: ...
@@ -502,13 +515,14 @@ def plot(runs: list[dict], configs: list[str], levels: list[int], path: Path, br
     fig.savefig(path, dpi=120)
 
 
-def pooled_by_rows(runs: list[dict], config: str) -> dict[int, list]:
-    """``drafting_by_rows`` of every run of ``config`` added up, per rows: [drafted, row-steps,
-    accepted draft tokens] (the last None where a run did not record it)."""
+def pooled_by_rows(runs: list[dict], config: str, key: str = "drafting_by_rows") -> dict[int, list]:
+    """``drafting_by_rows`` (or ``key``: ``simulated_drafting_by_rows_timeline``, the replays') of
+    every run of ``config`` added up, per rows: [drafted, row-steps, accepted draft tokens] (the
+    last None where a run did not record it)."""
     pooled: dict[int, list] = {}
     for run in runs:
         if run["config"] == config:
-            for n, (drafted, total, *accepted) in run.get("drafting_by_rows", {}).items():
+            for n, (drafted, total, *accepted) in run.get(key, {}).items():
                 before = pooled.get(int(n), [0, 0, 0])
                 won = None if before[2] is None or not accepted else before[2] + accepted[0]
                 pooled[int(n)] = [before[0] + drafted, before[1] + total, won]

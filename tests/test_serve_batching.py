@@ -90,6 +90,15 @@ def test_each_replay_says_how_much_of_it_drafted_as_the_run_counts_its_own(tmp_p
     assert plain["simulated_drafting"] == plain["simulated_drafting_timeline"] == 0.0
     # the copying prompts' lookups find drafts on some steps, the others' on fewer: a share, not all or none
     assert 0.0 < static["simulated_drafting_timeline"] < 1.0
+    # by sequences in the iteration: the same steps, four requests sent together filling then draining the batch
+    by_rows = static["simulated_drafting_by_rows_timeline"]
+    drafted, steps = (sum(v[i] for v in by_rows.values()) for i in (0, 1))
+    assert drafted / steps == static["simulated_drafting_timeline"] and set(by_rows) <= {"1", "2", "3", "4"}
+    assert "4" in by_rows and all(0 <= d <= t for d, t in by_rows.values())
+    assert plain["simulated_drafting_by_rows_timeline"] and all(d == 0 for d, _ in plain["simulated_drafting_by_rows_timeline"].values())
+    runs = [{**run, "config": "adaptive", "drafting_by_rows": {}, "simulated_drafting_by_rows_timeline": by_rows}] * 2
+    assert pooled_by_rows(runs, "adaptive", "simulated_drafting_by_rows_timeline") == {
+        int(n): [2 * d, 2 * t, None] for n, (d, t) in by_rows.items()}  # no accepted tokens in a replay
 
 
 def test_with_plain_probes_the_timeline_replay_prefills_at_their_speed(tmp_path):
