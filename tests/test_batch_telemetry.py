@@ -12,7 +12,7 @@ from adaptive_spec.server import Settings
 from batch_kit import Confident, EchoDrafter, dear_drafts_cap
 from policies.batch_step import CAP_CALLS
 from policies.registry import make_policy
-from server_kit import MODEL, StepCounter, client, live_server, tiny_decoder
+from server_kit import MODEL, StepCounter, client, live_server, tiny_decoder, wait_until
 from tiny import loaded, one_thread, tiny_llama
 
 COPY = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6]
@@ -77,8 +77,9 @@ def test_a_failing_batch_observer_does_not_break_generation():
 def test_served_batches_are_on_the_metrics_page_by_rows():
     from adaptive_spec.telemetry.spec import build_prometheus_observer
 
-    # slowed steps: the four requests, sent together, overlap on any machine
-    decoder = tiny_decoder(observers=[build_prometheus_observer([]), StepCounter(delay_s=0.005)],
+    # slowed steps (a row-step 20 ms, a request half a second or more): the four requests, sent
+    # together, overlap on any machine
+    decoder = tiny_decoder(observers=[build_prometheus_observer([]), StepCounter(delay_s=0.02)],
                            policy="static:ngram:3")
     prompts = ["<5> <9> <3> <5> <9> <3> <5>", "<1> <2> <3> <4> <1> <2>", "<7> <7> <8> <7> <7> <8> <7>", "<4> <2>"]
     answers = []
@@ -92,9 +93,12 @@ def test_served_batches_are_on_the_metrics_page_by_rows():
         threads = [threading.Thread(target=ask, args=(p,)) for p in prompts]
         for t in threads:
             t.start()
+        # while they decode, the gauge counts the batch's rows
+        running = wait_until(lambda: _running(http.get("/metrics").text) >= 2, timeout_s=30)
         for t in threads:
             t.join(timeout=60)
         page = http.get("/metrics").text
+    assert running
     after = _batch_counters(page)
     assert len(answers) == 4 and all("metrics" in a for a in answers), answers
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
@@ -106,7 +110,11 @@ def test_served_batches_are_on_the_metrics_page_by_rows():
         sum(a["metrics"]["speculative_decoding"]["num_spec_steps"] for a in answers)
     # every row a forward holds is a row-step of that forward's size
     assert all(delta[("row_steps", str(r))] == r * delta[("forwards", str(r))] for r in rows)
-    assert re.search(r"^adaptive_spec_requests_running 0\.0$", page, re.M)
+    assert _running(page) == 0
+
+
+def _running(text: str) -> float:
+    return float(re.search(r"^adaptive_spec_requests_running (\S+)$", text, re.M).group(1))
 
 
 def _batch_counters(text: str) -> dict[tuple[str, str], float]:
@@ -118,3 +126,14 @@ def _batch_counters(text: str) -> dict[tuple[str, str], float]:
             rows = re.search(r'adaptive_spec_batch_rows="(\d+)"', labels).group(1)
             out[name, rows] = out.get((name, rows), 0.0) + float(value)
     return out
+
+
+def test_the_one_at_a_time_worker_counts_its_running_request():
+    decoder = tiny_decoder(observers=[StepCounter(delay_s=0.02)], policy="plain")
+    with one_thread(), live_server(decoder, Settings(max_batch=1)) as (url, _), client(url) as http:
+        asked = threading.Thread(target=http.post, args=("/v1/completions",),
+                                 kwargs={"json": {"prompt": "<1> <2>", "max_tokens": 30, "temperature": 0}})
+        asked.start()
+        assert wait_until(lambda: _running(http.get("/metrics").text) == 1, timeout_s=30)
+        asked.join(timeout=60)
+        assert _running(http.get("/metrics").text) == 0
