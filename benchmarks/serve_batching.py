@@ -51,6 +51,7 @@ from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, 
 from benchmarks.sim_validation import simulate_trace
 from policies.batch_cap import OBJECTIVES, BatchDraftCap
 from simulator.cost_model import fit_cost_model, forward_verify_s
+from simulator.metrics import DraftingByBatch
 from simulator.profile import load_profile
 from simulator.speed import batched_overhead, forwards
 
@@ -220,47 +221,16 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
         prefill = out.get("speed_factor") if timeline else None
         if prefill is not None:
             out["prefill_speed_timeline"] = prefill
-        drafting = DraftingShare()
+        drafting = DraftingByBatch()
         predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], replica,
                                    speed=timeline, concurrency=run["concurrency"], prefill_speed=prefill,
                                    overhead=between[0] if between else None, hooks=[drafting])["e2e_s"]
         out["simulated_drafting" + suffix] = drafting.share()
         if suffix == "_timeline":  # the replay the published comparisons use
-            out["simulated_drafting_by_rows" + suffix] = drafting.by_rows()
+            out["simulated_drafting_by_rows" + suffix] = drafting.by_batch()
         out["simulated_e2e_s" + suffix] = predicted
         out["simulator_error" + suffix] = {q: (predicted[q] - run["e2el_s"][q]) / run["e2el_s"][q] for q in ("p50", "p95")}
     return out
-
-
-class DraftingShare:
-    """A replay's share of decode steps that verified a draft, as the run's ``speculative_step_share``
-    counts them: where the replica drafts otherwise than the server did, their latencies part. Also
-    by how many sequences the iteration decoded (``by_rows``), as the run's ``drafting_by_rows``
-    counts its forwards' rows: whether the replica's batch cap shrinks speculation as the batch
-    fills where the server's did."""
-
-    def __init__(self) -> None:
-        self.steps = self.drafting = 0
-        self.rows: dict[int, list[int]] = {}  # sequences in the iteration -> [drafted, steps]
-
-    def on_step(self, outcome, batch_size: int) -> None:
-        self.steps += 1
-        self.drafting += outcome.proposed > 0
-        counts = self.rows.setdefault(batch_size, [0, 0])
-        counts[0] += outcome.proposed > 0
-        counts[1] += 1
-
-    def share(self) -> float | None:
-        return self.drafting / self.steps if self.steps else None
-
-    def by_rows(self) -> dict[str, list[int]]:
-        """Per sequences in the iteration (as text, a JSON key): [steps that drafted, steps]."""
-        return {str(n): self.rows[n] for n in sorted(self.rows)}
-
-    def on_request_arrival(self, *args) -> None: ...
-    def on_request_start(self, *args) -> None: ...
-    def on_first_token(self, *args) -> None: ...
-    def on_request_completion(self, *args) -> None: ...
 
 
 def server_options(args: argparse.Namespace) -> list[str]:

@@ -21,10 +21,13 @@ import yaml
 
 from simulator import RunResult, Scenario, scenario_from_dict, simulate
 from simulator.budget import expected_requests
+from simulator.metrics import DraftingByBatch
 from simulator.report import metric_rows
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "simulator" / "scenarios"
 DEFAULT_BASE = SCENARIOS / "smollm2_cpu_shift.yaml"  # measured on this kind of machine, not illustrative
+# the scenario's replica fields that only a batching replica takes (``simulator.scenario``)
+BATCHING_ONLY = ("prefill_chunk", "plain_slowdown", "prefill_rides", "batch_objective")
 # a page run is meant to answer in seconds: beyond this many arrivals per policy, use `adaptive-spec simulate`
 MAX_REQUESTS = 20_000
 
@@ -85,9 +88,11 @@ def build_scenario(w: WhatIf) -> Scenario:
         if w.shift_rate:
             shift["rate"] = w.shift_rate
         workload["shifts"] = [shift]
+    replicas = {**(raw.get("replicas") or {}), "count": w.replicas, "mode": w.mode, "max_batch": w.max_batch}
+    if w.mode != "batching":  # a batching base's batch settings mean nothing to serial replicas
+        replicas = {k: v for k, v in replicas.items() if k not in BATCHING_ONLY}
     raw.update(
-        workload=workload, seed=w.seed,
-        replicas={**(raw.get("replicas") or {}), "count": w.replicas, "mode": w.mode, "max_batch": w.max_batch},
+        workload=workload, seed=w.seed, replicas=replicas,
         slo={"ttft_s": w.slo_ttft_s, "tpot_s": w.slo_tpot_s, "e2e_s": w.slo_e2e_s, "percentile": w.slo_percentile},
         # a replayed window starts mid-traffic, not from an empty system, and may be shorter than the
         # base's warm-up: every replayed request counts
@@ -160,6 +165,7 @@ def latency_over_time(requests: list, policy: str, bin_s: float, slo) -> pd.Data
 class PolicyRun:
     result: RunResult
     over_time: pd.DataFrame
+    drafting: DraftingByBatch = field(default_factory=DraftingByBatch)  # its decode steps by batch size
 
 
 def run_policies(scenario: Scenario, progress=None) -> list[PolicyRun]:
@@ -181,11 +187,20 @@ def run_policies(scenario: Scenario, progress=None) -> list[PolicyRun]:
                 shown[0] = int(fraction * 100)
                 progress(fraction, f"simulating {policy} ({i + 1} of {len(policies)}): {len(arrived):,} requests")
 
-        result = simulate(scenario, policy, on_arrival=tap)
-        runs.append(PolicyRun(result, latency_over_time(arrived, policy, scenario.metrics.bin_s, scenario.slo)))
+        drafting = DraftingByBatch()
+        result = simulate(scenario, policy, on_arrival=tap, extra_hooks=[drafting])
+        runs.append(PolicyRun(result, latency_over_time(arrived, policy, scenario.metrics.bin_s, scenario.slo), drafting))
     if progress is not None:
         progress(1.0, "done")
     return runs
+
+
+def drafting_by_batch(runs: list[PolicyRun]) -> pd.DataFrame:
+    """Per policy and sequences in the iteration: the share of decode steps that verified a draft
+    (``share``) over ``steps`` decode steps; empty where no run decoded a step."""
+    rows = [(run.result.policy, int(n), drafted / steps, steps)
+            for run in runs for n, (drafted, steps) in run.drafting.by_batch().items() if steps]
+    return pd.DataFrame(rows, columns=["policy", "batch", "share", "steps"])
 
 
 def summary_table(runs: list[PolicyRun]) -> pd.DataFrame:

@@ -165,6 +165,37 @@ class MetricsCollector:
         return len(self._klass)
 
 
+class DraftingByBatch:
+    """Extra hooks: the share of decode steps that verified a draft, overall (``share``) and by how
+    many sequences the iteration decoded (``by_batch``): whether speculation shrinks as the batch
+    fills, where a batch cap cuts drafts that a fuller iteration cannot afford. A server counts the
+    same by rows in the forward (the Live page's Batching section)."""
+
+    def __init__(self) -> None:
+        self.steps = self.drafting = 0
+        self.batches: dict[int, list[int]] = {}  # sequences in the iteration -> [steps that drafted, steps]
+
+    def on_step(self, outcome: StepOutcome, batch_size: int) -> None:
+        drafted = outcome.proposed > 0
+        self.steps += 1
+        self.drafting += drafted
+        counts = self.batches.setdefault(batch_size, [0, 0])
+        counts[0] += drafted
+        counts[1] += 1
+
+    def share(self) -> float | None:
+        return _ratio(self.drafting, self.steps)
+
+    def by_batch(self) -> dict[str, list[int]]:
+        """Per sequences in the iteration (as text, a JSON key), ascending: [steps that drafted, steps]."""
+        return {str(n): self.batches[n] for n in sorted(self.batches)}
+
+    def on_request_arrival(self, request: Request, now: float) -> None: ...
+    def on_request_start(self, request: Request, now: float) -> None: ...
+    def on_first_token(self, request: Request, now: float) -> None: ...
+    def on_request_completion(self, request: Request, now: float) -> None: ...
+
+
 class HookList:
     """Fan each hook call out to several hook objects (the collector first)."""
 

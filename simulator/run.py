@@ -177,6 +177,12 @@ def simulate(scenario: Scenario, policy: str | PolicyBuilder | None = None, seed
 
     if replicas is not None:
         scenario = scenario.with_(replicas=type(scenario.replicas)(**{**vars(scenario.replicas), "count": replicas}))
+    batching = scenario.replicas.mode == "batching" and scenario.replicas.max_batch > 1
+    if cost is None and batching and not any(v.batch > 1 for v in scenario.profile.verify):
+        # the replica would fail at its first batched forward, deep in the run: say so before it starts
+        raise ValueError("replicas.mode=batching: the profile times forwards of one sequence only, so a batch's "
+                         "forward has no price; use a profile calibrated with --batch-sizes (such as "
+                         "simulator/profiles/smollm2_cpu_batched.json) or replicas.max_batch=1")
     started = time.perf_counter()
     env = simpy.Environment()
     sim = build_simulation(env, scenario, policy, seed, cost, extra_hooks=extra_hooks, on_arrival=on_arrival)

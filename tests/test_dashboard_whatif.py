@@ -49,6 +49,46 @@ def test_whatif_table_is_the_simulators_output_for_the_same_scenario_and_seed(mo
                                                "Summary"]
 
 
+def test_batching_replicas_show_speculation_by_batch_size_as_the_simulator_counts_it(monkeypatch, tmp_path):
+    from simulator.metrics import DraftingByBatch
+
+    base = whatif.SCENARIOS / "smollm2_cpu_batched_shift.yaml"  # a profile timed on batched forwards
+    batched = {**INPUTS, "rate": 0.4, "policies": ("none", "adaptive")}  # enough at once to fill batches
+    at = whatif_page(monkeypatch, tmp_path)
+    at.selectbox(key="wi_base").set_value(base).run()
+    at = fill(at, **batched)
+    assert at.selectbox(key="wi_mode").value == "batching"  # the base's replicas
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    assert "Speculation by batch size" in [s.value for s in at.subheader]
+    _, runs, _ = at.session_state["wi_runs"]
+    shown = whatif.drafting_by_batch(runs)
+    scenario = whatif.build_scenario(whatif.WhatIf(base=str(base), **batched, mode="batching",
+                                                   bin_s=max(60.0, batched["duration_s"] / 24)))
+    for policy in batched["policies"]:
+        hook = DraftingByBatch()
+        simulate(scenario, policy, extra_hooks=[hook])
+        mine = shown[shown["policy"] == policy]
+        assert dict(zip(mine["batch"], mine["steps"])) == {int(n): t for n, (_, t) in hook.by_batch().items()}
+        assert list(mine["share"]) == [d / t for d, t in hook.by_batch().values()]
+    assert shown["batch"].max() > 1  # batches formed
+    assert (shown.loc[shown["policy"] == "none", "share"] == 0).all()  # plain decoding drafts nothing
+
+
+def test_batching_on_a_profile_timed_one_sequence_at_a_time_is_one_clear_error(monkeypatch, tmp_path):
+    at = fill(whatif_page(monkeypatch, tmp_path), **INPUTS)  # the default base: batch-1 samples only
+    at.selectbox(key="wi_mode").set_value("batching")
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (error,) = at.error
+    assert error.value.startswith("Cannot simulate the scenario: replicas.mode=batching: the profile times forwards "
+                                  "of one sequence only") and "--batch-sizes" in error.value
+    # and serial replicas on a batching base: its batch settings dropped, not refused
+    base = whatif.SCENARIOS / "smollm2_cpu_batched_shift.yaml"
+    scenario = whatif.build_scenario(whatif.WhatIf(base=str(base), **INPUTS, mode="serial", bin_s=60.0))
+    assert scenario.replicas.mode == "serial" and scenario.replicas.prefill_chunk is None
+
+
 def test_a_mix_of_nothing_is_one_clear_error(monkeypatch, tmp_path):
     at = fill(whatif_page(monkeypatch, tmp_path), **INPUTS)
     for name in whatif.class_names(whatif.DEFAULT_BASE):

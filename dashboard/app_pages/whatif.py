@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from adaptive_spec.telemetry.access import StoreError
-from dashboard import data, ui, whatif
+from dashboard import charts, data, ui, whatif
 
 st.title("What-if")
 st.caption("Simulated with the capacity simulator on a measured cost profile: each policy sees the same "
@@ -22,8 +22,17 @@ st.caption("Simulated with the capacity simulator on a measured cost profile: ea
 KNOWN_POLICIES = ["none", "static:ngram:2", "static:ngram:4", "static:ngram:8", "static:int8:2", "static:int8:4",
                   "heuristic:ngram", "adaptive"]
 bases = sorted(whatif.SCENARIOS.glob("*.yaml"))
+
+
+def base_changed() -> None:
+    """Another base: its own replica mode and batch size, not the last base's (widgets keep their values)."""
+    for key in ("wi_mode", "wi_max_batch"):
+        st.session_state.pop(key, None)
+
+
 base = st.selectbox("base scenario (profile and request classes)", bases, format_func=lambda p: p.name,
-                    index=bases.index(whatif.DEFAULT_BASE) if whatif.DEFAULT_BASE in bases else 0, key="wi_base")
+                    index=bases.index(whatif.DEFAULT_BASE) if whatif.DEFAULT_BASE in bases else 0, key="wi_base",
+                    on_change=base_changed)
 classes = whatif.class_names(base)
 raw = whatif.load_base(base)
 default = whatif.WhatIf(base=str(base))
@@ -104,9 +113,13 @@ with st.form("whatif"):
     with right:
         st.markdown("**Service and SLO**")
         replicas = st.number_input("replicas", 1, 64, int((raw.get("replicas") or {}).get("count", 1)), key="wi_replicas")
-        mode = st.selectbox("replica mode", ["serial", "batching"], key="wi_mode",
-                            help="serial: batch-1 FIFO as the engine serves today; batching: continuous batching")
-        max_batch = st.number_input("max batch (batching)", 1, 256, 8, key="wi_max_batch")
+        base_replicas = raw.get("replicas") or {}
+        modes = ["serial", "batching"]
+        mode = st.selectbox("replica mode", modes, key="wi_mode",
+                            index=modes.index(base_replicas.get("mode", "serial")) if base_replicas.get("mode") in modes else 0,
+                            help="serial: one request at a time (serve's default); batching: continuous batching "
+                                 "(serve --max-batch), which needs a profile calibrated with --batch-sizes")
+        max_batch = st.number_input("max batch (batching)", 1, 256, int(base_replicas.get("max_batch", 8)), key="wi_max_batch")
         slo_ttft = st.number_input("SLO TTFT (s; 0 = none)", 0.0, 600.0, float((raw.get("slo") or {}).get("ttft_s") or 0.0),
                                    key="wi_slo_ttft")
         slo_e2e = st.number_input("SLO end-to-end (s; 0 = none)", 0.0, 3600.0,
@@ -158,7 +171,12 @@ if submitted:
         st.error(f"Cannot build the scenario: {exc}")
     else:
         bar = st.progress(0.0, "starting")
-        runs = whatif.run_policies(scenario, lambda f, text: bar.progress(f, text))
+        try:
+            runs = whatif.run_policies(scenario, lambda f, text: bar.progress(f, text))
+        except ValueError as exc:  # what the scenario cannot run (a profile that cannot price a batch)
+            bar.empty()
+            st.error(f"Cannot simulate the scenario: {exc}")
+            st.stop()
         try:
             curve = whatif.capacity_curve(scenario, rates, lambda f, text: bar.progress(f, text)) if rates else None
         except ValueError as exc:
@@ -188,6 +206,13 @@ if "wi_runs" in st.session_state:
         y=alt.Y("value:Q", title="requests meeting the SLO", axis=alt.Axis(format="%")), color="policy:N",
     ).properties(height=220)
     st.altair_chart(attain + shift if shift is not None else attain)
+    drafting = whatif.drafting_by_batch(runs)
+    if inputs.mode == "batching" and not drafting.empty:
+        st.subheader("Speculation by batch size")
+        st.caption("share of each policy's decode steps that verified a draft, by sequences decoding in the "
+                   "iteration: a batch cap cuts the drafts a fuller iteration cannot afford")
+        st.altair_chart(charts.bars(drafting, "batch", "share", "sequences in the iteration", "steps drafting",
+                                    color="policy", y_format=".0%"))
     st.subheader("Summary")
     st.table(whatif.summary_table(runs).set_index("metric"))
     if curve is not None:
