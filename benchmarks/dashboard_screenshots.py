@@ -137,12 +137,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-batch", type=int, default=1,
                         help="serve --max-batch: above 1, the shot is the Live page's Batching section")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "dashboard" / "screenshots")
+    parser.add_argument("--store", type=Path, default=None,
+                        help="keep the run's telemetry store here (a new file; default: a temporary one)")
     args = parser.parse_args(argv)
     for name, value in (("rate", args.rate), ("max_tokens", args.max_tokens), ("max_batch", args.max_batch)):
         if not value > 0:
             parser.error(f"{name}={value}: must be > 0")
+    if args.store is not None and args.store.exists():
+        parser.error(f"store={str(args.store)!r}: already exists; the shot needs a fresh store")
     with tempfile.TemporaryDirectory() as tmp:
-        store = Path(tmp) / "telemetry.sqlite"
+        store = args.store or Path(tmp) / "telemetry.sqlite"
         record(store, args)
         print(f"wrote {shoot(store, args.out_dir, Path(tmp) / 'chromium', batched=args.max_batch > 1)}")
 

@@ -22,12 +22,11 @@ import yaml
 from simulator import RunResult, Scenario, scenario_from_dict, simulate
 from simulator.budget import expected_requests
 from simulator.metrics import DraftingByBatch
+from simulator.scenario import BATCHING_ONLY
 from simulator.report import metric_rows
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "simulator" / "scenarios"
 DEFAULT_BASE = SCENARIOS / "smollm2_cpu_shift.yaml"  # measured on this kind of machine, not illustrative
-# the scenario's replica fields that only a batching replica takes (``simulator.scenario``)
-BATCHING_ONLY = ("prefill_chunk", "plain_slowdown", "prefill_rides", "batch_objective")
 # a page run is meant to answer in seconds: beyond this many arrivals per policy, use `adaptive-spec simulate`
 MAX_REQUESTS = 20_000
 

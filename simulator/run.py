@@ -180,9 +180,10 @@ def simulate(scenario: Scenario, policy: str | PolicyBuilder | None = None, seed
     batching = scenario.replicas.mode == "batching" and scenario.replicas.max_batch > 1
     if cost is None and batching and not any(v.batch > 1 for v in scenario.profile.verify):
         # the replica would fail at its first batched forward, deep in the run: say so before it starts
-        raise ValueError("replicas.mode=batching: the profile times forwards of one sequence only, so a batch's "
-                         "forward has no price; use a profile calibrated with --batch-sizes (such as "
-                         "simulator/profiles/smollm2_cpu_batched.json) or replicas.max_batch=1")
+        raise ValueError(f"replicas.mode=batching (max_batch={scenario.replicas.max_batch}): the profile times "
+                         "forwards of one sequence only, so a batch's forward has no price; use a profile calibrated "
+                         "with --batch-sizes (such as simulator/profiles/smollm2_cpu_batched.json) or "
+                         "replicas.max_batch=1")
     started = time.perf_counter()
     env = simpy.Environment()
     sim = build_simulation(env, scenario, policy, seed, cost, extra_hooks=extra_hooks, on_arrival=on_arrival)

@@ -66,6 +66,8 @@ from simulator.replay import read_trace_jsonl, requests_from_rows
 from simulator.workload import Shift, Workload
 
 MODES = ("serial", "batching")
+# the replica fields that only a batching replica takes (refused by name for serial ones)
+BATCHING_ONLY = ("prefill_chunk", "plain_slowdown", "prefill_rides", "batch_objective")
 ROUTERS = ("least_loaded", "round_robin", "random")
 SCOPES = ("replica", "key")
 
@@ -375,7 +377,7 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
     )
     if replicas.prefill_chunk is not None and replicas.mode != "batching":  # would do nothing, silently
         raise ValueError(f"replicas.prefill_chunk applies to mode batching only, got mode {replicas.mode!r}")
-    for name in ("plain_slowdown", "prefill_rides", "batch_objective"):
+    for name in BATCHING_ONLY[1:]:  # prefill_chunk above: None is its default, not a setting
         if name in rep and replicas.mode != "batching":
             raise ValueError(f"replicas.{name} applies to mode batching only, got mode {replicas.mode!r}")
     slo_raw = _mapping(raw.get("slo") or {}, "slo")

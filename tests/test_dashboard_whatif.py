@@ -81,8 +81,8 @@ def test_batching_on_a_profile_timed_one_sequence_at_a_time_is_one_clear_error(m
     at.button[0].click().run()
     assert not at.exception, [e.value for e in at.exception]
     (error,) = at.error
-    assert error.value.startswith("Cannot simulate the scenario: replicas.mode=batching: the profile times forwards "
-                                  "of one sequence only") and "--batch-sizes" in error.value
+    assert error.value.startswith("Cannot simulate the scenario: replicas.mode=batching (max_batch=8): the profile "
+                                  "times forwards of one sequence only") and "--batch-sizes" in error.value
     # and serial replicas on a batching base: its batch settings dropped, not refused
     base = whatif.SCENARIOS / "smollm2_cpu_batched_shift.yaml"
     scenario = whatif.build_scenario(whatif.WhatIf(base=str(base), **INPUTS, mode="serial", bin_s=60.0))

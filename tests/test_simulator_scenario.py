@@ -130,7 +130,8 @@ def test_a_shipped_scenario_loads_by_name_from_anywhere(tmp_path, monkeypatch):
     scenario = load_scenario("smollm2_cpu_shift")
     assert scenario.name == "smollm2-cpu-copy-to-open" and scenario.profile.metadata.get("model")
     assert load_scenario("smollm2_cpu_shift.yaml").name == scenario.name
-    with pytest.raises(ValueError, match="shipped scenarios, by name: example_shift, smollm2_cpu_code_template, smollm2_cpu_shift"):
+    with pytest.raises(ValueError, match="shipped scenarios, by name: example_shift, smollm2_cpu_batched_shift, smollm2_cpu_code_template, "
+                                         "smollm2_cpu_shift"):
         load_scenario("no_such_scenario")
 
 

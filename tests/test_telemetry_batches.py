@@ -9,6 +9,7 @@ import sqlite3
 from collections import Counter
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
@@ -126,9 +127,25 @@ def test_a_store_without_batches_shows_no_batching_section(tmp_path, monkeypatch
     conn.execute("DROP TABLE batch_intervals")
     conn.commit()
     conn.close()
+    st.cache_data.clear()  # the page's queries are cached for a few seconds: read the store again
     at = live(path, monkeypatch)
     assert at.metric and "Batching" not in [s.value for s in at.subheader]
-    with pytest.raises(store.access.StoreError, match="batch_intervals"):
-        store.read_batch_intervals(path)
+    assert store.read_batch_intervals(path) == []
     out = CliRunner().invoke(telemetry_app, ["batches", "--db", str(path)])
     assert out.exit_code == 0 and "no batched decode forwards" in out.output
+
+
+def test_batch_intervals_share_one_clock_and_close_when_it_has_run():
+    from adaptive_spec.telemetry.batch_intervals import BatchIntervals
+    from policies.batch_step import BatchStep
+
+    def step(rows, drafting=0, cap="none"):
+        return BatchStep(rows, drafting, cap, 0, 0, 0.1)
+
+    clock = BatchIntervals("run", interval_s=1.0)
+    assert clock.add("m", step(2, 1), 10.0) == [] and clock.add("m", step(4, cap="plain"), 10.4) == []
+    assert clock.due(10.9) == []  # a request's end before the interval has run: it stays open
+    rows = clock.add("m", step(2), 11.0)  # the first forward after a second closes every size
+    assert sorted((r[2], r[5], r[6], r[13]) for r in rows) == [(2, 1, 1, 0), (4, 1, 0, 1)]  # rows, forwards, drafting, plain
+    assert [(r[3], r[4]) for r in rows if r[2] == 4] == [(10.4, 10.4)]  # its first and last forward
+    assert clock.due(11.5) == [] and len(clock.due(12.0)) == 1 and clock.close() == []

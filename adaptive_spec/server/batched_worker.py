@@ -37,11 +37,6 @@ class BatchedWorker(EngineWorker):
         self._jobs: dict[int, tuple[Job, TextPieces | None]] = {}  # engine request id -> job
         super().__init__(decoder, max_queue, retry_after_s)
 
-    @property
-    def running(self) -> int:
-        """Requests decoding in the batch now (their prompt in, not yet ended)."""
-        return len(self.engine.active)
-
     def _run(self) -> None:
         engine = self.engine
         while True:

@@ -31,8 +31,8 @@ class ServerMetrics:
                                 ["method", "route", "status"], registry=self.registry)
         depth = Gauge("adaptive_spec_queue_depth", "requests waiting for the engine", registry=self.registry)
         depth.set_function(queue_depth)
-        Gauge("adaptive_spec_requests_running", "requests generating now (with --max-batch above 1: rows in the batch)",
-              registry=self.registry).set_function(running)
+        Gauge("adaptive_spec_requests_running", "requests taken from the queue and not yet answered (with --max-batch "
+              "above 1: the batch's rows and those joining it)", registry=self.registry).set_function(running)
         self._suffix_stats = suffix_stats
         self._suffix = {field: Gauge(f"adaptive_spec_suffix_history_{field}", help_text, registry=self.registry)
                         for field, help_text in SUFFIX_GAUGES.items()}

@@ -67,7 +67,8 @@ class EngineWorker:
 
     @property
     def running(self) -> int:
-        """Requests generating now (taken from the queue, not yet ended)."""
+        """Requests taken from the queue and not yet ended: generating, or with continuous batching
+        also prefilling or about to join the batch."""
         return max(0, self.in_flight - self.depth)
 
     def submit(self, job: Job) -> None:

@@ -1,8 +1,10 @@
 """The batched engine's decode forwards summed into interval rows (``batch_intervals`` in the store).
 
 A forward is a few additions to the counters of its (model, rows) series. All series share one
-interval clock: the first forward after ``interval_s`` closes every open series, so each interval
-holds at most one row per size of forward seen in it, whatever the step rate.
+interval clock: the first forward after ``interval_s`` (or a request's end after it, ``due``) closes
+every open series, so each interval holds at most one row per size of forward seen in it, whatever
+the step or request rate. A batch that empties leaves its last interval open until the next forward
+(or the recorder's close).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class BatchIntervals:
         self._opened: float | None = None
 
     def add(self, model: str, step, now: float) -> list[tuple]:
-        closed = self.close() if self._opened is not None and now - self._opened >= self.interval_s else []
+        closed = self.due(now)
         if self._opened is None:
             self._opened = now
         counts = self._open.get((model, step.rows))
@@ -45,6 +47,10 @@ class BatchIntervals:
         counts.prompt_tokens += step.prompt_tokens
         counts.calls[step.cap] += 1
         return closed
+
+    def due(self, now: float) -> list[tuple]:
+        """The rows of the open interval if it has run ``interval_s`` by ``now``; none otherwise."""
+        return self.close() if self._opened is not None and now - self._opened >= self.interval_s else []
 
     def close(self) -> list[tuple]:
         rows = [(self.run_id, model, n, c.start, c.end, c.forwards, c.drafting, c.seconds, c.cut_tokens,

@@ -104,8 +104,8 @@ class StoreRecorder:
         with self._lock:
             closed = self.aggregator.close(request.model, request.key)
             state = self._requests.pop(request.request_id, None) or _Request()
-            # a request's end also ends the batch's interval: a batch that empties leaves nothing unwritten
-            batches = self.batches.close()
+            # a request's end also ends a batch interval that has run its length (the next forward may be long in coming)
+            batches = self.batches.due(time.time())
         for counters in closed:
             self.writer.put("intervals", counters.row(self.run_id))
         for row in batches:

@@ -283,9 +283,10 @@ def read_steps(path: str | Path, since: float | None = None, until: float | None
 
 
 def read_batch_intervals(path: str | Path, since: float | None = None, until: float | None = None) -> list[dict]:
-    """The batched engine's forwards, summed per (model, rows in the forward) and interval (a store
-    written before version 5: ``access.StoreError`` naming the missing table)."""
-    return _read(path, "batch_intervals", since, until)
+    """The batched engine's forwards, summed per (model, rows in the forward) and interval (none from
+    a store written before version 5, which has no such table)."""
+    tables = access.read_query(path, "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'batch_intervals'")
+    return _read(path, "batch_intervals", since, until) if tables else []
 
 
 def read_decisions(path: str | Path, since: float | None = None, until: float | None = None) -> list[dict]:

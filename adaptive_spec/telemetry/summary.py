@@ -168,10 +168,5 @@ def summarize_batches(intervals: list[dict]) -> list[BatchRow]:
 def batch_summary(path: str | Path, window_s: float = 3600.0, now: float | None = None) -> list[BatchRow]:
     """Batch rows of the store at ``path`` over the last ``window_s`` seconds (none from a store
     written before the table existed, schema 4)."""
-    from adaptive_spec.telemetry import access
-
     now = time.time() if now is None else now
-    tables = access.read_query(path, "SELECT name FROM sqlite_master WHERE type = 'table'")
-    if not any(t["name"] == "batch_intervals" for t in tables):
-        return []
     return summarize_batches(store.read_batch_intervals(path, now - window_s, now))
