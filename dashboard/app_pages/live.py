@@ -133,12 +133,18 @@ def batching(by_rows: pd.DataFrame, buckets: pd.DataFrame) -> None:
                 help="of the forwards the batch cap priced: its drafts cut shorter or to nothing")
     c[3].metric("prompt tokens riding", ui.fmt(total["prompt_tokens"], ",.0f"),
                 help="newcomers' prompt tokens prefilled inside decode forwards")
+    priced_by_rows = sum(by_rows[c] for c in data.CAP_COLUMNS if c != "cap_none")
     shares = by_rows.assign(share=by_rows["drafting"] / by_rows["row_steps"],
+                            cut=(by_rows["cap_shortened"] + by_rows["cap_plain"]) / priced_by_rows.where(priced_by_rows > 0),
                             seconds_per_forward=by_rows["seconds"] / by_rows["forwards"])
-    left, right = st.columns(2)
+    left, middle, right = st.columns(3)
     with left:
         st.caption("share of rows' steps that drafted, by rows in the forward")
         st.altair_chart(charts.bars(shares, "rows", "share", "rows in the forward", "rows' steps drafting", y_format=".0%"))
+    with middle:
+        st.caption("forwards whose drafts the batch cap cut, of those it priced (a lone row: never)")
+        st.altair_chart(charts.bars(shares.dropna(subset=["cut"]), "rows", "cut", "rows in the forward", "forwards cut",
+                                    y_format=".0%"))
     with right:
         st.caption("seconds per forward, by rows in the forward (a newcomer's prompt riding in it included)")
         st.altair_chart(charts.bars(shares, "rows", "seconds_per_forward", "rows in the forward", "seconds", y_format=".3f"))
