@@ -7,9 +7,10 @@ driven by ``tests/browser_kit.py``) and the Live page is saved as a PNG.
     python -m benchmarks.dashboard_screenshots --out-dir dashboard/screenshots
 
 With ``--max-batch N`` the server batches (continuous batching, its default batch cap) and the
-shot is the page's Batching section alone (``live_batched.png``)::
+shot is the page's Batching section alone (``live_batched.png``); ``--store`` keeps the run's store
+(``adaptive-spec telemetry batches --db`` on it gives the section's figures)::
 
-    python -m benchmarks.dashboard_screenshots --max-batch 8 --rate 0.5 --out-dir dashboard/screenshots
+    python -m benchmarks.dashboard_screenshots --max-batch 8 --rate 0.4 --store run.sqlite --out-dir dashboard/screenshots
 """
 
 from __future__ import annotations

@@ -384,7 +384,7 @@ class BatchedDecoder:
                         for row, plan, (p, d) in zip(self.active, plans, proposals)]
             cap = self.draft_cap.pick([len(d) for _, d in proposals], expected, bound, self.slots.scored,
                                       [row.credit for row in self.active], context)
-        call = cap_call(cap, [len(d) for _, d in proposals], bound)
+        call = cap_call(cap, [len(d) for _, d in proposals], bound) if decoder.observers else None  # before the cut
         if cap is not None:
             for row, plan, capped, (_, drafts) in zip(self.active, plans, bound, proposals):
                 if capped and cap == 0 and drafts:  # decoded plainly against its plan: it learns a plain step
@@ -402,7 +402,7 @@ class BatchedDecoder:
             verdicts.append(verdict)
         t2 = decoder._now()
         verify_s = self._rows_verify_s(riders, rows, context, t1 - t0, t2 - t1)
-        if decoder.observers:
+        if call is not None:
             decoder.observers.notify("on_batch_step", decoder.target_model.name, BatchStep(
                 rows, sum(1 for _, drafts in proposals if drafts), *call, sum(tokens for _, tokens in riders), t2 - t0))
         for index, row in enumerate(self.active):

@@ -123,19 +123,18 @@ def batching(by_rows: pd.DataFrame, buckets: pd.DataFrame) -> None:
     st.caption("the batched engine's decode forwards of this model in the window, every traffic key (a forward's "
                "rows may be of any key)")
     total = by_rows.sum()
-    priced = sum(total[c] for c in data.CAP_COLUMNS if c != "cap_none")
+    priced = by_rows[[c for c in data.CAP_COLUMNS if c != "cap_none"]].sum(axis=1)  # per batch size
+    cut = by_rows["cap_shortened"] + by_rows["cap_plain"]
     c = st.columns(4)
     c[0].metric("rows per forward", ui.fmt(data.ratio(total["row_steps"], total["forwards"]), ".2f"),
                 help="requests decoding together, mean over the decode forwards")
     c[1].metric("rows' steps drafting", ui.fmt(data.ratio(total["drafting"], total["row_steps"]), ".1%"),
                 help="rows' decode steps that verified a draft, all batch sizes")
-    c[2].metric("forwards the cap cut", ui.fmt(data.ratio(total["cap_shortened"] + total["cap_plain"], priced), ".1%"),
+    c[2].metric("forwards the cap cut", ui.fmt(data.ratio(cut.sum(), priced.sum()), ".1%"),
                 help="of the forwards the batch cap priced: its drafts cut shorter or to nothing")
     c[3].metric("prompt tokens riding", ui.fmt(total["prompt_tokens"], ",.0f"),
                 help="newcomers' prompt tokens prefilled inside decode forwards")
-    priced_by_rows = sum(by_rows[c] for c in data.CAP_COLUMNS if c != "cap_none")
-    shares = by_rows.assign(share=by_rows["drafting"] / by_rows["row_steps"],
-                            cut=(by_rows["cap_shortened"] + by_rows["cap_plain"]) / priced_by_rows.where(priced_by_rows > 0),
+    shares = by_rows.assign(share=by_rows["drafting"] / by_rows["row_steps"], cut=cut / priced.where(priced > 0),
                             seconds_per_forward=by_rows["seconds"] / by_rows["forwards"])
     left, middle, right = st.columns(3)
     with left:
