@@ -4,6 +4,7 @@ concurrency (with the simulator's predictions of each run), and chunked prefill.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.results_kit import load, machine_line, provenance, table
@@ -110,7 +111,9 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                  "(by the `--calibrate` step of the same command), " if created else "on the same profile, ")
                  + (f"with its `ride` samples (what a prompt riding in a batched step adds to it) from a "
                     f"calibration at {ride}, " if ride else "")
-                 + f"by the same command with `--resimulate benchmarks/results/{name}`.")
+                 + f"by the same command with `--resimulate benchmarks/results/{name}"
+                 + (f" --forwards {Path(data['cap_history']).as_posix()}"
+                    if data.get("cap_history") and data["cap_history"] != "the server's own" else "") + "`.")
     if at_speed:
         what += (" *Plain step*: the machine's batch-1 speed around the run, from the server's /metrics over a few "
                  "plain requests sent alone just before and just after it; *at speed*: the same replay with every "
@@ -131,10 +134,18 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                      f"forwards ({min(steps):.1f} to {max(steps):.1f} ms over the runs), and per request what a "
                      f"forward from which requests left took beyond it ({min(wrap):.1f} to {max(wrap):.1f} ms: the "
                      "answer's wrap-up), charged as each request joins." + _overhead_effect(data["runs"]))
+        warmed = [r["cap_steps_timeline"] for r in data["runs"] if r.get("cap_steps_timeline")]
+        if warmed:
+            what += (" Its batch cap starts where the server's was when the run began: one server serves every run, "
+                     "and its cap, warmed from the same profile, has learned from every forward before, so the "
+                     "replica's, warmed alike, learns the forwards the server ran before the run (its step records, "
+                     f"{min(warmed)} to {max(warmed)} forwards) before its first request." + _cap_effect(data["runs"]))
         if replica_drafting:
             what += (" *Timeline drafting*: the share of the replay's decode steps that verified a draft, as "
-                     "*drafting* counts the run's: where the replica's batch cap, starting from the profile, drafts "
-                     "otherwise than the server's, whose cap learned from every run before, their latencies part.")
+                     "*drafting* counts the run's: where the replica's batch cap drafts otherwise than the server's "
+                     + ("(the two start alike, then each learns from the forwards it runs), " if warmed else
+                        "(the replica's starts from the profile, the server's had learned from every run before), ")
+                     + "their latencies part.")
     header = [*(["round"] if rounds > 1 else []), "concurrency", "config", "completed", "output tok/s", "E2EL p50 s",
               "E2EL p95 s", "drafting", *(["simulated p50", "simulated p95"] if predicted else []),
               *(["plain step", "at speed p50", "at speed p95"] if at_speed else []),
@@ -381,9 +392,16 @@ def _served_summary(results_dir: Path, dates: dict | None, name: str, heading: s
     if errors:
         between = any("serving_overhead" in r for r in data["runs"])
         what += (" The simulator's batching replica, replaying each run at the speed its own forwards ran"
-                 + (" and with the time its server spent between them" if between else "") + " (as above), "
+                 + (" and with the time its server spent between them" if between else "")
+                 + (", its batch cap started where the server's was" if any(r.get("cap_steps_timeline")
+                                                                            for r in data["runs"]) else "")
+                 + " (as above), "
                  f"predicts p50 and p95 end-to-end latency within 10% in {sum(abs(e) <= 0.10 for e in errors)} of "
-                 f"{len(errors)} cases ({min(errors):+.1%} to {max(errors):+.1%})." + _overhead_effect(data["runs"]))
+                 f"{len(errors)} cases ({min(errors):+.1%} to {max(errors):+.1%})." + _overhead_effect(data["runs"])
+                 + _cap_effect(data["runs"]))
+        if data.get("cap_history") and data["cap_history"] != "the server's own":
+            what += (" The predictions were redone after the runs by the same command with `--resimulate "
+                     f"benchmarks/results/{name} --forwards {Path(data['cap_history']).as_posix()}`.")
     comparisons = table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
                         [[str(c["concurrency"]), f"`{c['config']}`", ratio_spread(c["throughput"]), c["throughput"]["verdict"],
                           ratio_spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])
@@ -413,18 +431,36 @@ def median_of(runs: list[dict], value, fmt: str) -> str:
     return f"{fmt.format(mid)} [{fmt.format(values[0])}, {fmt.format(values[-1])}]"
 
 
+def _beside(runs: list[dict], other: str) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The timeline replays' p50 and p95 errors and those of the same replays made otherwise
+    (``simulator_error_timeline`` + ``other``), over the runs that have both; None where none has."""
+    pairs = [(r["simulator_error_timeline"][q], r["simulator_error_timeline" + other][q])
+             for r in runs if "simulator_error_timeline" + other in r for q in ("p50", "p95")]
+    return tuple(zip(*pairs)) if pairs else None
+
+
+def _within(errors: Sequence[float]) -> str:
+    return (f"within 10% in {sum(abs(e) <= 0.10 for e in errors)} of {len(errors)} cases, mean error "
+            f"{statistics.mean(errors):+.1%}")
+
+
 def _overhead_effect(runs: list[dict]) -> str:
     """The timeline replays with the time between forwards against the same replays without it."""
-    pairs = [(r["simulator_error_timeline"][q], r["simulator_error_timeline_without_overhead"][q])
-             for r in runs if "simulator_error_timeline_without_overhead" in r for q in ("p50", "p95")]
-    if not pairs:
+    both = _beside(runs, "_without_overhead")
+    if both is None:
         return ""
-    with_, without = zip(*pairs)
+    with_, without = both
+    return f" Without that time the same replays are {_within(without)}; with it, {_within(with_)}."
 
-    def said(errors) -> str:
-        return (f"within 10% in {sum(abs(e) <= 0.10 for e in errors)} of {len(errors)} cases, mean error "
-                f"{statistics.mean(errors):+.1%}")
-    return f" Without that time the same replays are {said(without)}; with it, {said(with_)}."
+
+def _cap_effect(runs: list[dict]) -> str:
+    """The timeline replays whose cap started where the server's was against the same replays from the profile alone."""
+    both = _beside(runs, "_cold")
+    if both is None:
+        return ""
+    warm, cold = both
+    return (f" Over the {len(warm) // 2} runs with forwards before them: with the cap started from the profile alone, "
+            f"{_within(cold)}; started as the server's was, {_within(warm)}.")
 
 
 def _share(value: float | None) -> str:

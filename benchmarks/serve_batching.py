@@ -14,7 +14,9 @@ the responses' own statistics). With ``--profile``, the server's batch cap start
 run three ways: as calibrated, at the speed plain probes measured around the run (``*_at_speed``),
 and at the speed the run's own batched steps ran window by window (``*_timeline``: the server
 records every step in a telemetry store, ``simulator.speed.timeline_from_steps``), with the time
-the server spent between those steps (``simulator.speed.batched_overhead``).
+the server spent between those steps (``simulator.speed.batched_overhead``) and the replica's
+batch cap starting where the server's was when the run began (``cap_history``: one server serves
+every run, and its cap has learned from every forward before).
 
     python -m benchmarks.serve_batching --concurrency 1,4,8 --requests 16 --rounds 3 \\
         --out benchmarks/results/serve_batching.json --plot benchmarks/results/serve_batching.png
@@ -45,7 +47,7 @@ from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.server.cli import _step_costs, format_plain_slowdown, parse_plain_slowdown
 from adaptive_spec.telemetry.store import read_steps
-from benchmarks.cap_pace import packed, timed_forwards
+from benchmarks.cap_pace import packed, timed_forwards, unpacked
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
                                     start_server)
 from benchmarks.sim_validation import simulate_trace
@@ -65,11 +67,39 @@ def loadgen(url: str, args: argparse.Namespace, config: str, concurrency: int, o
                "--rate", str(getattr(args, "rate", None) or "inf"),  # None: as fast as the concurrency allows
                "--max-concurrency", str(concurrency), "--num-requests", str(args.requests),
                "--max-tokens", str(args.max_tokens), "--temperature", "0", "--seed", str(args.seed),
-               "--traffic-key", f"serve-batching-{config}-c{concurrency}-r{round_}", "--extra-body", json.dumps({"speculation": speculation}),
+               "--traffic-key", traffic_key(config, concurrency, round_), "--extra-body", json.dumps({"speculation": speculation}),
                "--endpoint", "chat", "--out", str(out), "--quiet",
                *(["--split", args.split] if getattr(args, "split", None) else [])]
     subprocess.run(command, check=True, cwd=ROOT)
     return json.loads(out.read_text())
+
+
+def traffic_key(config: str, concurrency: int, round_: int) -> str:
+    """The traffic key a run's requests are sent under: its controllers' and its forwards' record."""
+    return f"serve-batching-{config}-c{concurrency}-r{round_}"
+
+
+def cap_history(timed: Sequence[dict], run: dict) -> list[list[float]]:
+    """What the server's batch cap had learned from when ``run`` began, after its warm start: every
+    forward before the run's first (``cap_pace.timed_forwards``' records, in order), as the
+    replica's ``replicas.cap_steps``. The run's forwards are its key's last unbroken stretch (one run
+    at a time; the warm-up before the first round went out under one run's key). Forwards that
+    carried a newcomer's prompt are among them, at what the engine charged their rows, though the
+    server's cap skipped them; they are few. Empty where the records hold none of the run's.
+
+    >>> f = lambda key, t: {"key": key, "time": t, "rows": 2, "width": 3.0, "seconds": 0.1, "slots": 50}
+    >>> run = {"config": "plain", "concurrency": 4, "round": 0}
+    >>> cap_history([f("a", 0.0), f("b", 1.0), f("serve-batching-plain-c4-r0", 2.0)], run)
+    [[2, 3.0, 0.1, 50], [2, 3.0, 0.1, 50]]
+    >>> len(cap_history([f("serve-batching-plain-c4-r0", 0.0), f("b", 1.0), f("serve-batching-plain-c4-r0", 2.0)], run))
+    2
+    """
+    key = traffic_key(run["config"], run["concurrency"], run["round"])
+    starts = [i for i, f in enumerate(timed) if f["key"] == key and (i == 0 or timed[i - 1]["key"] != key)]
+    if not starts:
+        return []
+    first = starts[-1]
+    return [[f["rows"], f["width"], f["seconds"], f["slots"]] for f in timed[:first] if f["seconds"] > 0]
 
 
 def summarize(report: dict, config: str, concurrency: int, round_: int = 0) -> dict:
@@ -183,7 +213,8 @@ def break_even_by_rows(runs: list[dict], profile: str, max_batch: int, k: int = 
 
 
 def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tokens: int | None = None,
-            plain_slowdown: float | None = BatchDraftCap.plain_slowdown, objective: str = BatchDraftCap.objective) -> dict:
+            plain_slowdown: float | None = BatchDraftCap.plain_slowdown, objective: str = BatchDraftCap.objective,
+            cap_steps: Sequence[Sequence[float]] = ()) -> dict:
     """The batching replica's p50/p95 end-to-end latency for the run's completed requests (each
     request's prompt its class, sent in the run's order by a client that keeps at most the run's
     concurrency in flight, as loadgen did: each goes once the simulated server has finished one,
@@ -194,7 +225,9 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     (``*_timeline``), prefill there at the plain probes' speed where they ran (the timeline is read
     from batched decode forwards; a prefill is a one-sequence forward, as the probes are), and with
     the time between forwards its steps recorded (``serving_overhead``: ``batched_overhead``) where
-    they did. ``max_tokens``: the budget the requests were sent with (an answer that ends
+    they did, and with the replica's batch cap having learned ``cap_steps`` (``cap_history``: the
+    forwards the server's cap had learned from when the run began) after its warm start, as the
+    server's had. ``max_tokens``: the budget the requests were sent with (an answer that ends
     sooner leaves the engine drafting past its end); ``plain_slowdown``: the server's bound (None: off);
     ``objective``: its ``--batch-objective``."""
     budget = {"max_tokens": max_tokens} if max_tokens else {}
@@ -217,12 +250,19 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     if run.get("speed_timeline"):
         variants += [("_timeline", profile, run["speed_timeline"], overhead)]
         variants += [("_timeline_without_overhead", profile, run["speed_timeline"], None)] if overhead else []
+        # and with the replica's cap started from the profile alone, to show what the server's start changes
+        variants += [("_timeline_cold", profile, run["speed_timeline"], overhead, False)] if cap_steps else []
+    if cap_steps:
+        out["cap_steps_timeline"] = len(cap_steps)
     for suffix, chosen, timeline, *between in variants:
         prefill = out.get("speed_factor") if timeline else None
+        # the timeline replays the run as the server ran it: its speed, and its cap's state at the start
+        warm = timeline is not None and cap_steps and (len(between) < 2 or between[1])
+        settings = {**replica, "cap_steps": [list(s) for s in cap_steps]} if warm else replica
         if prefill is not None:
             out["prefill_speed_timeline"] = prefill
         drafting = DraftingByBatch()
-        predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], replica,
+        predicted = simulate_trace(rows, chosen, CONFIGS[run["config"]][1], run["concurrency"], settings,
                                    speed=timeline, concurrency=run["concurrency"], prefill_speed=prefill,
                                    overhead=between[0] if between else None, hooks=[drafting])["e2e_s"]
         out["simulated_drafting" + suffix] = drafting.share()
@@ -241,13 +281,14 @@ def server_options(args: argparse.Namespace) -> list[str]:
             *(["--profile", str(args.profile)] if args.profile is not None else [])]
 
 
-def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], tmp: Path) -> list[dict]:
-    """Every run of the benchmark against one server (steps recorded in ``tmp`` when predicting)."""
+def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], tmp: Path) -> tuple[list[dict], list[dict]]:
+    """Every run of the benchmark against one server (steps recorded in ``tmp`` when predicting),
+    and every forward the server ran (``cap_pace.timed_forwards``; none when not predicting)."""
     port = free_port()
     store = tmp / "steps.sqlite"  # every decode step: each run's speed window by window
     server = start_server(port, server_options(args), telemetry=f"sqlite:{store}?steps=1" if args.profile else "off")
     cost = fit_cost_model(load_profile(args.profile)) if args.profile is not None else None
-    runs = []
+    runs, timed = [], []
     try:
         url = f"http://127.0.0.1:{port}"
         # warm-up, unrecorded: the first forwards of each shape pay for kernel selection
@@ -274,16 +315,17 @@ def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], 
                     if speed[1] + after[1] > 0:
                         runs[-1]["plain_step"] = {"mean_s": (speed[0] + after[0]) / (speed[1] + after[1]),
                                                   "count": speed[1] + after[1]}
-        if args.forwards_out is not None:  # every forward since the server started, warm-up included
+        if cost is not None:  # every forward since the server started, warm-up included
+            timed = timed_forwards(read_steps(store))
+        if args.forwards_out is not None:
             write_json_atomic(args.forwards_out, {
                 "source": "serve_batching", "prompts": str(args.prompts), "profile": str(args.profile),
-                "plain_slowdown": args.plain_slowdown, **packed(timed_forwards(read_steps(store)))}, "forwards_out",
-                indent=None)
+                "plain_slowdown": args.plain_slowdown, **packed(timed)}, "forwards_out", indent=None)
             print(f"wrote {args.forwards_out}")
     finally:
         server.terminate()
         server.wait(timeout=60)
-    return runs
+    return runs, timed
 
 
 def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -293,20 +335,34 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if not args.resimulate.is_file():
         parser.error(f"resimulate={str(args.resimulate)!r}: no such file")
     result = json.loads(args.resimulate.read_text(encoding="utf-8"))
+    timed = []
+    if args.forwards is not None:
+        try:
+            timed = unpacked(json.loads(args.forwards.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            parser.error(f"forwards={str(args.forwards)!r}: not a --forwards-out file ({exc!r})")
+        keys = {f["key"] for f in timed}
+        missing = [traffic_key(r["config"], r["concurrency"], r["round"]) for r in result.get("runs", [])
+                   if r.get("completed") and traffic_key(r["config"], r["concurrency"], r["round"]) not in keys]
+        if missing:
+            parser.error(f"forwards={str(args.forwards)!r}: holds no forward of {len(missing)} of the runs "
+                         f"({missing[0]}, ...): not the forwards of these runs' server")
     try:
         # a result recorded before the bound existed ran with none
         runs, settings = result["runs"], (result["max_batch"], result["prefill_chunk"], result["max_tokens"],
                                           result.get("plain_slowdown"), result.get("batch_objective", "goodput"))
         for run in runs:
             for key in [k for k in run if k.startswith(("simulated_e2e_s", "simulator_error", "speed_factor",
-                                                        "prediction_error", "simulated_drafting"))]:
+                                                        "prediction_error", "simulated_drafting", "cap_steps"))]:
                 del run[key]  # the previous predictions: none may outlive this one
             try:  # as in a live run: one the simulator cannot replay keeps its measurements, and says why
-                run.update(predict(run, str(args.profile), *settings))
+                run.update(predict(run, str(args.profile), *settings, cap_history(timed, run)))
             except (ValueError, ZeroDivisionError) as exc:
                 run["prediction_error"] = str(exc)
     except (KeyError, TypeError, AttributeError) as exc:
         parser.error(f"resimulate={str(args.resimulate)!r}: not a serve_batching result this can replay ({exc!r})")
+    # the timeline replays' caps started from the server's forwards before each run (None: from the profile alone)
+    result["cap_history"] = str(args.forwards) if args.forwards is not None else None
     had_streams = result.get("profile_streams")
     result["profile"] = str(args.profile)
     profile = load_profile(args.profile)
@@ -366,6 +422,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--forwards-out", type=Path, default=None,
                         help="with --profile: write every batched forward the server ran, in order (benchmarks/cap_pace.py "
                              "replays them through the batch cap)")
+    parser.add_argument("--forwards", type=Path, default=None,
+                        help="with --resimulate: the runs' server's forwards (a --forwards-out file), so that each "
+                        "timeline replay's batch cap starts where the server's was when the run began")
     parser.add_argument("--resimulate", type=Path, help="only redo the simulator's predictions of this result file "
                         "with --profile (e.g. one with recorded token streams), writing --out")
     args = parser.parse_args(argv)
@@ -373,6 +432,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.calibrate:
             parser.error("calibrate: --resimulate replays a recorded run; calibrating now would not describe it")
         return resimulate(parser, args)
+    if args.forwards is not None:
+        parser.error(f"forwards={str(args.forwards)!r}: applies with --resimulate only (a live run reads its own server's)")
     for name in ("max_batch", "prefill_chunk", "requests", "max_tokens", "rounds"):
         if getattr(args, name) < 1:
             parser.error(f"{name}={getattr(args, name)}: must be >= 1")
@@ -410,12 +471,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.calibrate:
         calibrate(args)
     with tempfile.TemporaryDirectory() as tmp:
-        runs = serve_runs(args, levels, configs, Path(tmp))
+        runs, timed = serve_runs(args, levels, configs, Path(tmp))
     for run in runs:
         if args.profile is not None:
             try:  # a run the simulator cannot replay keeps its measurements, and says why
                 run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk, args.max_tokens, slowdown,
-                                           args.batch_objective))
+                                   args.batch_objective, cap_history(timed, run)))
             except (ValueError, ZeroDivisionError) as exc:
                 run["prediction_error"] = str(exc)
         error = run.get("simulator_error_timeline", run.get("simulator_error_at_speed", run.get("simulator_error")))
@@ -440,6 +501,7 @@ def main(argv: list[str] | None = None) -> None:
         "profile_streams": bool(args.profile and load_profile(args.profile).streams),
         "prefill_chunk": args.prefill_chunk,
         "plain_slowdown": slowdown, "batch_objective": args.batch_objective, "cap_warmed": args.profile is not None,
+        "cap_history": "the server's own" if args.profile is not None else None,  # cap_history: see resimulate
         "cap_pace_decay": BatchDraftCap.pace_decay,  # the server's batch cap's (a result from before it has none)
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),
                     "transformers": version("transformers"), "platform": platform.platform()},

@@ -64,7 +64,7 @@ class BatchingReplica(Replica):
 
     def __init__(self, *args, max_batch: int = 8, draft_cap: bool = False, prefill_chunk: int | None = None,
                  plain_slowdown: float | None = BatchDraftCap.plain_slowdown, prefill_rides: bool = True,
-                 objective: str = BatchDraftCap.objective, **kwargs) -> None:
+                 objective: str = BatchDraftCap.objective, cap_steps=(), **kwargs) -> None:
         self.max_batch = max_batch  # slots: bounded in practice by KV-cache memory
         if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
             raise ValueError(f"prefill_chunk must be an integer >= 1 or None, got {prefill_chunk!r}")
@@ -79,6 +79,8 @@ class BatchingReplica(Replica):
         self.draft_cap = BatchDraftCap(plain_slowdown=plain_slowdown, objective=objective) if draft_cap else None
         if self.draft_cap is not None:
             self.draft_cap.warm(self.priced_shapes())
+            for rows, width, seconds, slots in cap_steps:  # a server's cap after its warm start: this one's too
+                self.draft_cap.observe(rows, width, seconds, slots)
 
     def priced_shapes(self) -> list[tuple[int, float, float, float]]:
         """``(rows, width, seconds, context)`` of forwards of several shapes, as this replica prices

@@ -27,7 +27,10 @@ Top-level fields (``*`` required)::
                    prefill_rides (batching: prompts ride in the running sequences' forward, as the
                    engine's; false: a prefill forward of their own first; default true),
                    batch_objective (batching: what the cap maximises, as the server's
-                   --batch-objective: goodput or power; default the server's)}
+                   --batch-objective: goodput or power; default the server's),
+                   cap_steps (batching: forwards a server's cap learned from after its
+                   --profile, [rows, width, seconds, slots] each, in order, that the replica's
+                   cap learns too before the first request: it starts where that server's was)}
     policy        spec such as none, static:ngram:4, heuristic:ngram, adaptive      default: none
     policy_scope  replica | key   (one controller per replica, or per replica and traffic key)
     slo           {ttft_s, tpot_s, e2e_s, percentile}                 targets left out are not checked
@@ -67,7 +70,7 @@ from simulator.workload import Shift, Workload
 
 MODES = ("serial", "batching")
 # the replica fields that only a batching replica takes (refused by name for serial ones)
-BATCHING_ONLY = ("prefill_chunk", "plain_slowdown", "prefill_rides", "batch_objective")
+BATCHING_ONLY = ("prefill_chunk", "plain_slowdown", "prefill_rides", "batch_objective", "cap_steps")
 ROUTERS = ("least_loaded", "round_robin", "random")
 SCOPES = ("replica", "key")
 
@@ -84,6 +87,8 @@ class ReplicaConfig:
     plain_slowdown: float | None = BatchDraftCap.plain_slowdown  # batching only: the cap's bound; None: off
     prefill_rides: bool = True  # batching only: prompts ride in the running sequences' forward (the engine's)
     batch_objective: str = BatchDraftCap.objective  # batching only: what the cap maximises
+    # batching only: (rows, width, seconds, slots) forwards the cap learns after its warm start
+    cap_steps: tuple[tuple[int, float, float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -251,6 +256,23 @@ def _overhead(raw: object) -> Overhead:
     return Overhead(**values)
 
 
+def _cap_steps(raw: object) -> tuple[tuple[int, float, float, float], ...]:
+    """``replicas.cap_steps``: forwards as ``[rows, width, seconds, slots]`` (``BatchDraftCap.observe``'s)."""
+    if not isinstance(raw, (list, tuple)):
+        raise ValueError(f"replicas.cap_steps must be a list of [rows, width, seconds, slots], got {raw!r}")
+    steps = []
+    for i, step in enumerate(raw):
+        path = f"replicas.cap_steps[{i}]"
+        if not isinstance(step, (list, tuple)) or len(step) != 4:
+            raise ValueError(f"{path} must be [rows, width, seconds, slots], got {step!r}")
+        rows, width, seconds, slots = step
+        steps.append((int(_num(rows, f"{path} rows", integer=True)), float(_num(width, f"{path} width", low=1.0, strict=False)),
+                      float(_num(seconds, f"{path} seconds")), float(_num(slots, f"{path} slots", strict=False))))
+        if not math.isfinite(steps[-1][2]):
+            raise ValueError(f"{path} seconds must be finite, got {seconds!r}")
+    return tuple(steps)
+
+
 def _choice(value: object, options: tuple[str, ...], path: str) -> str:
     if value not in options:
         raise ValueError(f"{path} must be one of {', '.join(options)}, got {value!r}")
@@ -374,6 +396,7 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         _slowdown(rep["plain_slowdown"]) if "plain_slowdown" in rep else BatchDraftCap.plain_slowdown,
         _flag(rep.get("prefill_rides", True), "replicas.prefill_rides"),
         _choice(rep.get("batch_objective", BatchDraftCap.objective), OBJECTIVES, "replicas.batch_objective"),
+        _cap_steps(rep.get("cap_steps", [])),
     )
     if replicas.prefill_chunk is not None and replicas.mode != "batching":  # would do nothing, silently
         raise ValueError(f"replicas.prefill_chunk applies to mode batching only, got mode {replicas.mode!r}")

@@ -271,3 +271,61 @@ def test_the_server_starts_its_batch_cap_from_the_profile_the_replica_prices_wit
     # the server takes that profile's batched steps to warm its cap (a profile without them is refused)
     assert any(rows > 1 for rows, *_ in _step_costs(profile, 4, "smollm2"))
     assert "--profile" not in server_options(argparse.Namespace(**{**vars(args), "profile": None}))
+
+
+def test_the_timeline_replay_starts_the_replicas_cap_where_the_servers_was_when_the_run_began(tmp_path):
+    """One server serves every run, and its cap has learned from every forward before a run; the
+    replica's starts from the profile. Given the server's forwards (here: wider forwards timed at
+    four times what the profile prices them at), the timeline replay's cap learns them first, so it
+    drafts less; the replays at the profile's speed stay as they were, and the timeline replay from
+    the profile alone is kept beside it."""
+    profile = _profile(tmp_path)
+    trace = [_row(i, "p-copy", 0.0) for i in range(4)]
+    run = {"config": "adaptive", "concurrency": 4, "round": 0, "trace": trace, "e2el_s": {"p50": 2.0, "p95": 3.0},
+           "speed_timeline": [(0.0, 1.0)]}
+    cold = predict(run, profile, max_batch=8, prefill_chunk=128)
+    plain, wide = forward_verify_s(_load(profile), [1] * 4, [64] * 4, 64), forward_verify_s(_load(profile), [5] * 4, [64] * 4, 64)
+    history = [[4, 1.0, plain, 64], [4, 5.0, 4 * wide, 64]] * 40
+    warm = predict(run, profile, max_batch=8, prefill_chunk=128, cap_steps=history)
+    assert warm["cap_steps_timeline"] == len(history)
+    assert warm["simulated_e2e_s"] == cold["simulated_e2e_s"]  # as calibrated: the profile's cap, as before
+    assert warm["simulated_e2e_s_timeline_cold"] == cold["simulated_e2e_s_timeline"]
+    assert warm["simulated_drafting_timeline"] < cold["simulated_drafting_timeline"]
+    assert "simulated_e2e_s_timeline_cold" not in cold  # no history: one timeline replay
+
+
+def _load(profile):
+    from simulator.cost_model import fit_cost_model
+    from simulator.profile import load_profile
+
+    return fit_cost_model(load_profile(profile))
+
+
+def test_resimulate_starts_each_timeline_replays_cap_from_the_servers_forwards_before_the_run(tmp_path, capsys):
+    import json
+
+    from benchmarks.cap_pace import packed
+
+    profile = _profile(tmp_path)
+    run = {"config": "adaptive", "concurrency": 2, "round": 0, "completed": 4, "e2el_s": {"p50": 2.0, "p95": 3.0},
+           "trace": [_row(i, "p-copy", 0.0) for i in range(4)], "speed_timeline": [(0.0, 1.0)]}
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(json.dumps({"max_batch": 4, "prefill_chunk": 256, "max_tokens": 40, "runs": [run]}))
+    forward = {"rows": 2, "width": 3.0, "seconds": 0.05, "slots": 60}
+    timed = [{**forward, "key": "warm-up", "time": 0.0}, {**forward, "key": "another run", "time": 1.0},
+             {**forward, "key": "serve-batching-adaptive-c2-r0", "time": 2.0}]
+    forwards = tmp_path / "forwards.json"
+    forwards.write_text(json.dumps(packed(timed)))
+    out = tmp_path / "again.json"
+    main(["--resimulate", str(recorded), "--profile", profile, "--forwards", str(forwards), "--out", str(out)])
+    again = json.loads(out.read_text())
+    assert again["cap_history"] == str(forwards) and again["runs"][0]["cap_steps_timeline"] == 2  # the two before it
+    # forwards of another server's runs: one error naming the file, nothing written
+    forwards.write_text(json.dumps(packed([{**t, "key": "other"} for t in timed])))
+    out.unlink()
+    with pytest.raises(SystemExit):
+        main(["--resimulate", str(recorded), "--profile", profile, "--forwards", str(forwards), "--out", str(out)])
+    assert f"forwards={str(forwards)!r}" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit):  # a live run reads its own server's forwards
+        main(["--out", str(out), "--forwards", str(forwards)])
+    assert "applies with --resimulate only" in capsys.readouterr().err

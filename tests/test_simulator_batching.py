@@ -210,6 +210,38 @@ def test_the_replica_runs_the_servers_batch_objective():
         scenario_from_dict(scenario_dict(replicas={"mode": "serial", "batch_objective": "power"}))
 
 
+def test_the_replicas_cap_learns_a_servers_forwards_after_its_warm_start():
+    """``replicas.cap_steps``: the forwards a server's cap learned from after its --profile; the
+    replica's cap learns them too, in order, and then prices as a cap that observed them does."""
+    import re
+
+    import pytest
+
+    from policies.batch_cap import BatchDraftCap
+
+    def cap_of(replicas):
+        scenario = scenario_from_dict(scenario_dict(profile=gpu_like_profile(), policy="adaptive",
+                                                    replicas={"mode": "batching", **replicas}))
+        return build_simulation(simpy.Environment(), scenario).replicas[0]
+
+    steps = [[4, 1, 0.2, 100], [4, 5.5, 0.9, 100]] * 30  # a machine far slower than the profile, drafts the more so
+    replica, cold = cap_of({"cap_steps": steps}), cap_of({})
+    same = BatchDraftCap()
+    same.warm(cold.priced_shapes())
+    for step in steps:
+        same.observe(*step)
+    assert replica.draft_cap.cost(4, 5, 100) == pytest.approx(same.cost(4, 5, 100))
+    assert replica.draft_cap.cost(4, 1, 100) == pytest.approx(same.cost(4, 1, 100))
+    assert replica.draft_cap.cost(4, 5, 100) > 2 * cold.draft_cap.cost(4, 5, 100)
+    for bad, where in (([[4, 1, 0.2]], "cap_steps[0]"), ([[0, 1, 0.2, 100]], "cap_steps[0] rows"),
+                       ([[4, 0.5, 0.2, 100]], "cap_steps[0] width"), ([[4, 1, 0, 100]], "cap_steps[0] seconds"),
+                       ([[4, 1, float("inf"), 100]], "cap_steps[0] seconds"), ("[4, 1]", "replicas.cap_steps")):
+        with pytest.raises(ValueError, match=re.escape(where if where.startswith("replicas") else f"replicas.{where}")):
+            scenario_from_dict(scenario_dict(replicas={"mode": "batching", "cap_steps": bad}))
+    with pytest.raises(ValueError, match="replicas.cap_steps applies to mode batching"):
+        scenario_from_dict(scenario_dict(replicas={"mode": "serial", "cap_steps": steps}))
+
+
 def test_the_replicas_cut_starts_from_its_own_prices_as_a_running_servers_has_learned_its_machines():
     from simulator.cost_model import forward_verify_s
 
