@@ -343,6 +343,18 @@ def serve_batching_goodput_section(results_dir: Path, dates: dict | None) -> str
         "packed forward already runs).", "goodput alone")
 
 
+def serve_batching_c4_section(results_dir: Path, dates: dict | None) -> str:
+    """The held-out run again at 4 requests in flight alone, over more rounds: where the three rounds
+    above left ``adaptive`` against the best fixed config inside the noise."""
+    return _served_summary(
+        results_dir, dates, "serve_batching_test_c4.json",
+        "Batched serving on held-out prompts, 4 requests at once, 5 rounds",
+        "The held-out command above at 4 requests in flight only, with 5 rounds instead of 3, on a server of its own "
+        "and a profile calibrated for it (so as to leave the one above as it was): at 4 requests the rounds above "
+        "leave `adaptive`'s throughput against the best fixed config inside the noise.",
+        "held-out prompts, 4 at once")
+
+
 def serve_batching_bounded_section(results_dir: Path, dates: dict | None) -> str:
     """An earlier held-out run at the same bound, on the same engine and cap: a second measurement."""
     return _served_summary(

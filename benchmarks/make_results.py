@@ -32,7 +32,7 @@ from adaptive_spec.paired import compare
 from benchmarks.suffix_sections import present as suffix_workloads, suffix_section
 from benchmarks.batching_sections import (batching_section, cap_pace_section, packed_forward_section,
                                           prefill_chunk_section, serve_batching_bounded_section,
-                                          serve_batching_goodput_section,
+                                          serve_batching_c4_section, serve_batching_goodput_section,
                                           serve_batching_section, serve_batching_unbounded_section)
 from benchmarks.tradeoff_sections import serve_tradeoff_section
 from benchmarks.serve_shift import phase_plan
@@ -468,6 +468,7 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
         serve_batching_section(results_dir, dates),
         serve_batching_section(results_dir, dates, "serve_batching_test.json",
                                "Batched serving by concurrency, held-out prompts"),
+        serve_batching_c4_section(results_dir, dates),
         serve_batching_bounded_section(results_dir, dates),
         serve_batching_unbounded_section(results_dir, dates),
         cap_pace_section(results_dir, dates),
