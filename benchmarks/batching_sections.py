@@ -102,7 +102,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
             what += (" (added after the runs: `adaptive-spec calibrate --prompts "
                      f"{Path(data['prompts']).as_posix()} --per-prompt --max-new-tokens {data['max_tokens']} "
                      f"--streams-only --out {data['profile']}`, then the same command with `--resimulate "
-                     "benchmarks/results/" + name + "`)." if data.get("resimulated", _before_live_streams(data))
+                     "benchmarks/results/" + name + _forwards_option(data) + "`)." if data.get("resimulated", _before_live_streams(data))
                      else " (`calibrate --per-prompt` records them).")
     if predicted and data.get("repredicted"):
         created = data.get("profile_created")
@@ -111,9 +111,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                  "(by the `--calibrate` step of the same command), " if created else "on the same profile, ")
                  + (f"with its `ride` samples (what a prompt riding in a batched step adds to it) from a "
                     f"calibration at {ride}, " if ride else "")
-                 + f"by the same command with `--resimulate benchmarks/results/{name}"
-                 + (f" --forwards {Path(data['cap_history']).as_posix()}"
-                    if data.get("cap_history") and data["cap_history"] != "the server's own" else "") + "`.")
+                 + f"by the same command with `--resimulate benchmarks/results/{name}{_forwards_option(data)}`.")
     if at_speed:
         what += (" *Plain step*: the machine's batch-1 speed around the run, from the server's /metrics over a few "
                  "plain requests sent alone just before and just after it; *at speed*: the same replay with every "
@@ -346,13 +344,21 @@ def serve_batching_goodput_section(results_dir: Path, dates: dict | None) -> str
 def serve_batching_c4_section(results_dir: Path, dates: dict | None) -> str:
     """The held-out run again at 4 requests in flight alone, over more rounds: where the three rounds
     above left ``adaptive`` against the best fixed config inside the noise."""
+    name, before = "serve_batching_test_c4.json", "serve_batching_test.json"
+    if not ((Path(results_dir) / name).exists() and (Path(results_dir) / before).exists()):
+        return ""
+    data, earlier = load(results_dir, name), load(results_dir, before)
+    levels = ", ".join(map(str, data["concurrency"]))
+    said = [f"{c['throughput']['median']:.2f}× at {c['concurrency']} requests ({c['throughput']['verdict']})"
+            for level in data["concurrency"] for c in [compare_best_fixed(earlier["runs"], level)] if c is not None]
     return _served_summary(
-        results_dir, dates, "serve_batching_test_c4.json",
-        "Batched serving on held-out prompts, 4 requests at once, 5 rounds",
-        "The held-out command above at 4 requests in flight only, with 5 rounds instead of 3, on a server of its own "
-        "and a profile calibrated for it (so as to leave the one above as it was): at 4 requests the rounds above "
-        "leave `adaptive`'s throughput against the best fixed config inside the noise.",
-        "held-out prompts, 4 at once")
+        results_dir, dates, name,
+        f"Batched serving on held-out prompts, {levels} requests at once, {data['rounds']} rounds",
+        f"The held-out command above at {levels} requests in flight only, with {data['rounds']} rounds instead of "
+        f"{earlier['rounds']}, on a server of its own and a profile calibrated for it (so as to leave the one above as "
+        f"it was). In those {earlier['rounds']} rounds `adaptive`'s throughput over each round's best fixed config was "
+        + "; ".join(said) + ".",
+        f"held-out prompts, {levels} at once")
 
 
 def serve_batching_bounded_section(results_dir: Path, dates: dict | None) -> str:
@@ -411,9 +417,9 @@ def _served_summary(results_dir: Path, dates: dict | None, name: str, heading: s
                  f"predicts p50 and p95 end-to-end latency within 10% in {sum(abs(e) <= 0.10 for e in errors)} of "
                  f"{len(errors)} cases ({min(errors):+.1%} to {max(errors):+.1%})." + _overhead_effect(data["runs"])
                  + _cap_effect(data["runs"]))
-        if data.get("cap_history") and data["cap_history"] != "the server's own":
+        if _forwards_option(data):
             what += (" The predictions were redone after the runs by the same command with `--resimulate "
-                     f"benchmarks/results/{name} --forwards {Path(data['cap_history']).as_posix()}`.")
+                     f"benchmarks/results/{name}{_forwards_option(data)}`.")
     comparisons = table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
                         [[str(c["concurrency"]), f"`{c['config']}`", ratio_spread(c["throughput"]), c["throughput"]["verdict"],
                           ratio_spread(c["e2el_p95"]), c["e2el_p95"]["verdict"]] for c in data["comparisons"]])
@@ -477,6 +483,13 @@ def _cap_effect(runs: list[dict]) -> str:
 
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
+
+
+def _forwards_option(data: dict) -> str:
+    """``--forwards FILE`` where the predictions were redone with a server's forwards (``serve_batching
+    --resimulate``); a live run's own forwards need none."""
+    history = data.get("cap_history")
+    return f" --forwards {Path(history).as_posix()}" if history and history != "the server's own" else ""
 
 
 def _forwards_file(results_dir: Path, name: str) -> list[str]:

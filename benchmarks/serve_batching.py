@@ -252,8 +252,8 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
         variants += [("_timeline_without_overhead", profile, run["speed_timeline"], None)] if overhead else []
         # and with the replica's cap started from the profile alone, to show what the server's start changes
         variants += [("_timeline_cold", profile, run["speed_timeline"], overhead, False)] if cap_steps else []
-    if cap_steps:
-        out["cap_steps_timeline"] = len(cap_steps)
+        if cap_steps:
+            out["cap_steps_timeline"] = len(cap_steps)
     for suffix, chosen, timeline, *between in variants:
         prefill = out.get("speed_factor") if timeline else None
         # the timeline replays the run as the server ran it: its speed, and its cap's state at the start
@@ -335,18 +335,7 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if not args.resimulate.is_file():
         parser.error(f"resimulate={str(args.resimulate)!r}: no such file")
     result = json.loads(args.resimulate.read_text(encoding="utf-8"))
-    timed = []
-    if args.forwards is not None:
-        try:
-            timed = unpacked(json.loads(args.forwards.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            parser.error(f"forwards={str(args.forwards)!r}: not a --forwards-out file ({exc!r})")
-        keys = {f["key"] for f in timed}
-        missing = [traffic_key(r["config"], r["concurrency"], r["round"]) for r in result.get("runs", [])
-                   if r.get("completed") and traffic_key(r["config"], r["concurrency"], r["round"]) not in keys]
-        if missing:
-            parser.error(f"forwards={str(args.forwards)!r}: holds no forward of {len(missing)} of the runs "
-                         f"({missing[0]}, ...): not the forwards of these runs' server")
+    timed = _forwards_of(parser, args.forwards, result) if args.forwards is not None else []
     try:
         # a result recorded before the bound existed ran with none
         runs, settings = result["runs"], (result["max_batch"], result["prefill_chunk"], result["max_tokens"],
@@ -373,6 +362,28 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     result["repredicted" if had_streams else "resimulated"] = True
     write_json_atomic(args.out, result, "out")
     print(f"wrote {args.out}")
+
+
+def _forwards_of(parser: argparse.ArgumentParser, path: Path, result: dict) -> list[dict]:
+    """``--forwards``: the forwards of the server that ran ``result``'s runs, or one error naming the file."""
+    if not path.is_file():
+        parser.error(f"forwards={str(path)!r}: no such file")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        timed = unpacked(raw)
+        runs = [traffic_key(r["config"], r["concurrency"], r["round"]) for r in result["runs"] if r.get("completed")]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        parser.error(f"forwards={str(path)!r}: not a --forwards-out file of a serve_batching result ({exc!r})")
+    # traffic keys repeat between benchmarks: the prompts tell their servers apart (a result's profile
+    # is whatever predicted it last, so it may differ from the one the server started from)
+    if raw.get("prompts") is not None and result.get("prompts") is not None and raw["prompts"] != result["prompts"]:
+        parser.error(f"forwards={str(path)!r}: its server ran prompts {raw['prompts']!r}, the result's "
+                     f"{result['prompts']!r}: not the forwards of these runs' server")
+    missing = [key for key in runs if key not in {f["key"] for f in timed}]
+    if missing:
+        parser.error(f"forwards={str(path)!r}: holds no forward of {len(missing)} of the runs "
+                     f"({missing[0]}, ...): not the forwards of these runs' server")
+    return timed
 
 
 def probe_speed(url: str, prompts: Path) -> tuple[float, float]:

@@ -268,8 +268,9 @@ def _cap_steps(raw: object) -> tuple[tuple[int, float, float, float], ...]:
         rows, width, seconds, slots = step
         steps.append((int(_num(rows, f"{path} rows", integer=True)), float(_num(width, f"{path} width", low=1.0, strict=False)),
                       float(_num(seconds, f"{path} seconds")), float(_num(slots, f"{path} slots", strict=False))))
-        if not math.isfinite(steps[-1][2]):
-            raise ValueError(f"{path} seconds must be finite, got {seconds!r}")
+        for name, value in zip(("width", "seconds", "slots"), steps[-1][1:]):
+            if not math.isfinite(value):  # one would turn every price of the cap into nan
+                raise ValueError(f"{path} {name} must be finite, got {value!r}")
     return tuple(steps)
 
 

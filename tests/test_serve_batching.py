@@ -282,7 +282,7 @@ def test_the_timeline_replay_starts_the_replicas_cap_where_the_servers_was_when_
     profile = _profile(tmp_path)
     trace = [_row(i, "p-copy", 0.0) for i in range(4)]
     run = {"config": "adaptive", "concurrency": 4, "round": 0, "trace": trace, "e2el_s": {"p50": 2.0, "p95": 3.0},
-           "speed_timeline": [(0.0, 1.0)]}
+           "speed_timeline": [(0.0, 1.0)], "serving_overhead": {"step_s": 0.0, "request_s": 0.0}}
     cold = predict(run, profile, max_batch=8, prefill_chunk=128)
     plain, wide = forward_verify_s(_load(profile), [1] * 4, [64] * 4, 64), forward_verify_s(_load(profile), [5] * 4, [64] * 4, 64)
     history = [[4, 1.0, plain, 64], [4, 5.0, 4 * wide, 64]] * 40
@@ -291,7 +291,12 @@ def test_the_timeline_replay_starts_the_replicas_cap_where_the_servers_was_when_
     assert warm["simulated_e2e_s"] == cold["simulated_e2e_s"]  # as calibrated: the profile's cap, as before
     assert warm["simulated_e2e_s_timeline_cold"] == cold["simulated_e2e_s_timeline"]
     assert warm["simulated_drafting_timeline"] < cold["simulated_drafting_timeline"]
-    assert "simulated_e2e_s_timeline_cold" not in cold  # no history: one timeline replay
+    # the replay without the time between forwards starts from the same history (here that time is none)
+    assert warm["simulated_e2e_s_timeline_without_overhead"] == warm["simulated_e2e_s_timeline"]
+    assert "simulated_e2e_s_timeline_cold" not in cold and "cap_steps_timeline" not in cold  # no history
+    # no timeline: nothing replays as the server ran, so nothing says it started from the server's cap
+    untimed = predict({**run, "speed_timeline": None}, profile, max_batch=8, prefill_chunk=128, cap_steps=history)
+    assert "cap_steps_timeline" not in untimed
 
 
 def _load(profile):
@@ -313,6 +318,7 @@ def test_resimulate_starts_each_timeline_replays_cap_from_the_servers_forwards_b
     recorded.write_text(json.dumps({"max_batch": 4, "prefill_chunk": 256, "max_tokens": 40, "runs": [run]}))
     forward = {"rows": 2, "width": 3.0, "seconds": 0.05, "slots": 60}
     timed = [{**forward, "key": "warm-up", "time": 0.0}, {**forward, "key": "another run", "time": 1.0},
+             {**forward, "key": "unrecorded", "time": 1.5, "seconds": 0.0},  # no time: nothing to learn
              {**forward, "key": "serve-batching-adaptive-c2-r0", "time": 2.0}]
     forwards = tmp_path / "forwards.json"
     forwards.write_text(json.dumps(packed(timed)))
@@ -320,12 +326,18 @@ def test_resimulate_starts_each_timeline_replays_cap_from_the_servers_forwards_b
     main(["--resimulate", str(recorded), "--profile", profile, "--forwards", str(forwards), "--out", str(out)])
     again = json.loads(out.read_text())
     assert again["cap_history"] == str(forwards) and again["runs"][0]["cap_steps_timeline"] == 2  # the two before it
-    # forwards of another server's runs: one error naming the file, nothing written
-    forwards.write_text(json.dumps(packed([{**t, "key": "other"} for t in timed])))
+    # forwards of another server's runs (other keys, or the same keys on other prompts), or none: one
+    # error naming the file, nothing written
     out.unlink()
-    with pytest.raises(SystemExit):
-        main(["--resimulate", str(recorded), "--profile", profile, "--forwards", str(forwards), "--out", str(out)])
-    assert f"forwards={str(forwards)!r}" in capsys.readouterr().err and not out.exists()
+    for other in (packed([{**t, "key": "other"} for t in timed]), {**packed(timed), "prompts": "other.jsonl"}, None):
+        if other is None:
+            forwards.unlink()
+        else:
+            forwards.write_text(json.dumps(other))
+            recorded.write_text(json.dumps({**json.loads(recorded.read_text()), "prompts": "shift.jsonl"}))
+        with pytest.raises(SystemExit):
+            main(["--resimulate", str(recorded), "--profile", profile, "--forwards", str(forwards), "--out", str(out)])
+        assert f"forwards={str(forwards)!r}" in capsys.readouterr().err and not out.exists()
     with pytest.raises(SystemExit):  # a live run reads its own server's forwards
         main(["--out", str(out), "--forwards", str(forwards)])
     assert "applies with --resimulate only" in capsys.readouterr().err

@@ -235,7 +235,9 @@ def test_the_replicas_cap_learns_a_servers_forwards_after_its_warm_start():
     assert replica.draft_cap.cost(4, 5, 100) > 2 * cold.draft_cap.cost(4, 5, 100)
     for bad, where in (([[4, 1, 0.2]], "cap_steps[0]"), ([[0, 1, 0.2, 100]], "cap_steps[0] rows"),
                        ([[4, 0.5, 0.2, 100]], "cap_steps[0] width"), ([[4, 1, 0, 100]], "cap_steps[0] seconds"),
-                       ([[4, 1, float("inf"), 100]], "cap_steps[0] seconds"), ("[4, 1]", "replicas.cap_steps")):
+                       ([[4, 1, float("inf"), 100]], "cap_steps[0] seconds"), ([[4, float("nan"), 0.2, 100]],
+                       "cap_steps[0] width"), ([[4, 1, 0.2, float("inf")]], "cap_steps[0] slots"),
+                       ("[4, 1]", "replicas.cap_steps")):
         with pytest.raises(ValueError, match=re.escape(where if where.startswith("replicas") else f"replicas.{where}")):
             scenario_from_dict(scenario_dict(replicas={"mode": "batching", "cap_steps": bad}))
     with pytest.raises(ValueError, match="replicas.cap_steps applies to mode batching"):
