@@ -48,8 +48,8 @@ the wider forward, and one with a weak draft gains little more. So a length is a
 for every row, the step costs at most ``1 + plain_slowdown`` plain steps of the same rows per token
 the row expects from it (one, for a row that verifies nothing), plus the row's credit: no request
 is made slower than plain decoding by its neighbours beyond the bound. A row's credit (``credits``)
-is kept over its request's life: the predicted seconds its tokens so far would have cost as plain steps of the same batches, with
-the margin, less the predicted seconds its steps cost. A row ahead of that (its own drafts were
+is kept over its request's life: the predicted seconds its tokens so far would have cost as plain
+steps of the same batches, with the margin, less the predicted seconds its steps cost. A row ahead of that (its own drafts were
 accepted) may pay for its neighbours' drafts out of its credit; a row with none keeps the per-step
 bound: credit widens the bound, never narrows it. Without it, a copying row whose gate cut its draft
 for one step stopped every other row's drafts on that step. A row whose draft the batch cuts to

@@ -51,6 +51,7 @@ tokens (its gate's estimate) against the iterations' fitted costs.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 
 from policies.batch_cap import BatchDraftCap
 from policies.batch_layout import SlotAxis, scored_tokens
@@ -64,7 +65,8 @@ class BatchingReplica(Replica):
 
     def __init__(self, *args, max_batch: int = 8, draft_cap: bool = False, prefill_chunk: int | None = None,
                  plain_slowdown: float | None = BatchDraftCap.plain_slowdown, prefill_rides: bool = True,
-                 objective: str = BatchDraftCap.objective, cap_steps=(), **kwargs) -> None:
+                 objective: str = BatchDraftCap.objective,
+                 cap_steps: Sequence[Sequence[float]] = (), **kwargs) -> None:
         self.max_batch = max_batch  # slots: bounded in practice by KV-cache memory
         if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
             raise ValueError(f"prefill_chunk must be an integer >= 1 or None, got {prefill_chunk!r}")

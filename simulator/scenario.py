@@ -266,7 +266,8 @@ def _cap_steps(raw: object) -> tuple[tuple[int, float, float, float], ...]:
         if not isinstance(step, (list, tuple)) or len(step) != 4:
             raise ValueError(f"{path} must be [rows, width, seconds, slots], got {step!r}")
         rows, width, seconds, slots = step
-        steps.append((int(_num(rows, f"{path} rows", integer=True)), float(_num(width, f"{path} width", low=1.0, strict=False)),
+        steps.append((int(_num(rows, f"{path} rows", integer=True)),
+                      float(_num(width, f"{path} width", low=1.0, strict=False)),
                       float(_num(seconds, f"{path} seconds")), float(_num(slots, f"{path} slots", strict=False))))
         for name, value in zip(("width", "seconds", "slots"), steps[-1][1:]):
             if not math.isfinite(value):  # one would turn every price of the cap into nan
