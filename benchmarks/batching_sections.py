@@ -56,6 +56,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
     at_speed = predicted and all("simulator_error_at_speed" in r for r in data["runs"])
     timeline = predicted and any("simulator_error_timeline" in r for r in data["runs"])
     replica_drafting = timeline and any(r.get("simulated_drafting_timeline") is not None for r in data["runs"])
+    priced = any(r.get("priced_tokens_per_s") for r in data["runs"])
     rows = []
     for round_, level in ((r, c) for r in range(rounds) for c in data["concurrency"]):
         mine = [r for r in data["runs"] if r["concurrency"] == level and r.get("round", 0) == round_]
@@ -64,7 +65,9 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
             simulated, fast = run.get("simulator_error"), run.get("simulator_error_at_speed")
             rows.append([*([str(round_ + 1)] if rounds > 1 else []), str(level), f"`{run['config']}`",
                          f"{run['completed']}/{run['requests']}",
-                         f"{run['output_tokens_per_s']:.1f}", f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
+                         f"{run['output_tokens_per_s']:.1f}",
+                         *([f"{run['priced_tokens_per_s']:.1f}" if run.get("priced_tokens_per_s") else "-"] if priced else []),
+                         f"{run['e2el_s']['p50']:.2f}", f"{run['e2el_s']['p95']:.2f}",
                          f"{run['speculative_step_share']:.0%}",
                          *(_errors(simulated) if predicted else []),
                          *([f"{run['plain_step']['mean_s'] * 1e3:.1f} ms", f"{fast['p50']:+.0%}", f"{fast['p95']:+.0%}"]
@@ -144,7 +147,15 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                      + ("(the two start alike, then each learns from the forwards it runs), " if warmed else
                         "(the replica's starts from the profile, the server's had learned from every run before), ")
                      + "their latencies part.")
-    header = [*(["round"] if rounds > 1 else []), "concurrency", "config", "completed", "output tok/s", "E2EL p50 s",
+    if priced:
+        what += (" *Priced tok/s*: the run's output tokens over what its decode forwards cost at the profile's prices "
+                 "(`serve_batching.priced_seconds`: each forward as the engine laid it out, every row at its own "
+                 "width over the slot axis the engine kept): the seconds they would have taken at the calibration's "
+                 "speed throughout. It holds the controllers' choices without the machine's swings in speed, which "
+                 "move a run's wall-clock figures by more than most differences between configs; prefill, drafting "
+                 "and the time between forwards are not in it.")
+    header = [*(["round"] if rounds > 1 else []), "concurrency", "config", "completed", "output tok/s",
+              *(["priced tok/s"] if priced else []), "E2EL p50 s",
               "E2EL p95 s", "drafting", *(["simulated p50", "simulated p95"] if predicted else []),
               *(["plain step", "at speed p50", "at speed p95"] if at_speed else []),
               *(["timeline p50", "timeline p95"] if timeline else []),
@@ -164,14 +175,19 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
     plot = f"![throughput, latency and drafting by concurrency](results/{image})"
     parts = [f"## {heading}", what, table(header, rows)]
     if data.get("comparisons") and rounds > 1:
+        compared = _with_best_fixed(data)
+        at_prices = any("priced_throughput" in c for c in compared)
         parts += ["`adaptive` against each fixed config, round by round: output tok/s of `adaptive` over the "
                   "config's, and the config's E2EL p95 over `adaptive`'s (above 1: `adaptive` better in both); "
                   "the median of the rounds, the lowest and highest round in brackets, and a verdict only where "
-                  "every round agrees.",
-                  table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", ""],
+                  "every round agrees." + (" *Priced*: the same for priced tok/s." if at_prices else ""),
+                  table(["concurrency", "against", "tok/s ratio", "", "p95 ratio", "",
+                         *(["priced tok/s ratio", ""] if at_prices else [])],
                         [[str(c["concurrency"]), f"`{c['config']}`" if c["config"] != "best fixed" else "the round's best fixed",
                           ratio_spread(c["throughput"]), c["throughput"]["verdict"], ratio_spread(c["e2el_p95"]),
-                          c["e2el_p95"]["verdict"]] for c in _with_best_fixed(data)])]
+                          c["e2el_p95"]["verdict"],
+                          *([ratio_spread(c["priced_throughput"]), c["priced_throughput"]["verdict"]]
+                            if "priced_throughput" in c else ["-", ""] if at_prices else [])] for c in compared])]
         parts += [_arrivals(data)]
     if any("drafting_by_rows" in r for r in data["runs"]):
         parts += [_by_rows(data)]

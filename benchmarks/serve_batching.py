@@ -55,7 +55,7 @@ from policies.batch_cap import OBJECTIVES, BatchDraftCap
 from simulator.cost_model import fit_cost_model, forward_verify_s
 from simulator.metrics import DraftingByBatch
 from simulator.profile import load_profile
-from simulator.speed import batched_overhead, forwards
+from simulator.speed import batched_overhead, forwards, with_slots
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMELINE_WINDOW_S = 5.0  # a run lasts tens of seconds; a window still holds tens of forwards
@@ -102,6 +102,27 @@ def cap_history(timed: Sequence[dict], run: dict) -> list[list[float]]:
     return [[f["rows"], f["width"], f["seconds"], f["slots"]] for f in timed[:first] if f["seconds"] > 0]
 
 
+def priced_seconds(steps: Sequence[dict], cost) -> float:
+    """What a run's decode forwards cost at ``cost``'s prices: each forward (``forwards``) priced as
+    the engine laid it out (``forward_verify_s``: every row at its own width, over the slot axis the
+    engine kept, ``with_slots``), summed. The seconds they would have taken had the machine run at
+    its calibration's speed throughout: the controllers' choices, without the machine's swings.
+    Prefill and the time between forwards are not in it (a forward that carried a newcomer's
+    prompt is priced at its rows' own tokens), nor is drafting, which the n-gram lookup does
+    nearly for free.
+
+    >>> class Cost:  # a second per token scored
+    ...     def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None):
+    ...         return float(batch_tokens if batch_tokens is not None else tokens)
+    >>> row = lambda t, r, proposed: {"time": t, "request_id": r, "proposed": proposed, "context_len": 10,
+    ...                                "draft_s": 0.0, "verify_s": 0.1}
+    >>> priced_seconds([row(0.0, 1, 4), row(0.0, 2, 0), row(0.2, 1, 0)], Cost())  # 5 + 1 tokens, then 1
+    7.0
+    """
+    return sum(forward_verify_s(cost, [row["proposed"] + 1 for row in rows], [row["context_len"] for row in rows], slots)
+               for rows, slots in with_slots(forwards(steps)))
+
+
 def summarize(report: dict, config: str, concurrency: int, round_: int = 0) -> dict:
     s = report["summary"]
     served = [r["server_metrics"] for r in report["requests"] if r["ok"] and r.get("server_metrics")]
@@ -133,7 +154,10 @@ def agreement(ratios: list[float]) -> str:
 def compare_rounds(runs: list[dict], config: str, concurrency: int, reference: str = "adaptive") -> dict | None:
     """``reference`` against ``config`` at ``concurrency``, round by round: output tokens/s
     (``reference`` over ``config``) and p95 end-to-end latency (``config`` over ``reference``), so
-    that > 1 is ``reference`` better in both; each as the rounds' ratios, their median and range."""
+    that > 1 is ``reference`` better in both; each as the rounds' ratios, their median and range.
+    Where every run compared was priced (``priced_tokens_per_s``), also output tokens per second of
+    decode forwards at the profile's prices (``priced_throughput``): the same comparison without the
+    machine's swings in speed, which move a run's wall-clock figures by more than most differences."""
     def by_round(name: str) -> dict[int, dict]:
         return {r.get("round", 0): r for r in runs if r["config"] == name and r["concurrency"] == concurrency}
 
@@ -142,8 +166,11 @@ def compare_rounds(runs: list[dict], config: str, concurrency: int, reference: s
     if not rounds:
         return None
     out = {"concurrency": concurrency, "config": config, "reference": reference, "rounds": len(rounds)}
-    for name, ratio in (("throughput", lambda a, b: a["output_tokens_per_s"] / b["output_tokens_per_s"]),
-                        ("e2el_p95", lambda a, b: b["e2el_s"]["p95"] / a["e2el_s"]["p95"])):
+    ratios_of = [("throughput", lambda a, b: a["output_tokens_per_s"] / b["output_tokens_per_s"]),
+                 ("e2el_p95", lambda a, b: b["e2el_s"]["p95"] / a["e2el_s"]["p95"])]
+    if all(run.get("priced_tokens_per_s") for r in rounds for run in (mine[r], theirs[r])):
+        ratios_of.append(("priced_throughput", lambda a, b: a["priced_tokens_per_s"] / b["priced_tokens_per_s"]))
+    for name, ratio in ratios_of:
         ratios = [ratio(mine[r], theirs[r]) for r in rounds]
         out[name] = {"ratios": ratios, "median": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
                      "verdict": agreement(ratios)}
@@ -307,6 +334,10 @@ def serve_runs(args: argparse.Namespace, levels: list[int], configs: list[str], 
                     # read once run_timeline has waited for the store's writer
                     steps = read_steps(store, since=report["origin_unix"], until=end)
                     runs[-1]["drafting_by_rows"] = drafting_by_rows(steps)
+                    priced = priced_seconds(steps, cost)
+                    if priced > 0:  # the run's output over what its decode forwards cost at the profile's prices
+                        runs[-1]["priced_decode_s"] = priced
+                        runs[-1]["priced_tokens_per_s"] = sum(r["output_tokens"] for r in runs[-1]["trace"] if r["ok"]) / priced
                     overhead = batched_overhead(steps)
                     if overhead is not None:
                         runs[-1]["serving_overhead"] = overhead
@@ -494,13 +525,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{run['config']:>15} c={run['concurrency']} r={run['round'] + 1}: {run['output_tokens_per_s']:6.1f} tok/s  E2EL p50 "
               f"{run['e2el_s']['p50']:.2f} s p95 {run['e2el_s']['p95']:.2f} s  drafting {run['speculative_step_share']:.0%}"
               f"  completed {run['completed']}/{run['requests']}"
+              + (f"  priced {run['priced_tokens_per_s']:.1f} tok/s" if run.get("priced_tokens_per_s") else "")
               + (f"  simulated (timeline, else at speed) p50 {error['p50']:+.1%} p95 {error['p95']:+.1%}" if error else ""))
     comparisons = [c for level in levels for config in configs if config != "adaptive" and "adaptive" in configs
                    for c in [compare_rounds(runs, config, level)] if c is not None]
     for c in comparisons:
         t, p = c["throughput"], c["e2el_p95"]
+        q = c.get("priced_throughput")
         print(f"adaptive / {c['config']} c={c['concurrency']}: tok/s x{t['median']:.2f} [{t['low']:.2f}, {t['high']:.2f}] "
-              f"{t['verdict']}; p95 x{p['median']:.2f} [{p['low']:.2f}, {p['high']:.2f}] {p['verdict']}")
+              f"{t['verdict']}; p95 x{p['median']:.2f} [{p['low']:.2f}, {p['high']:.2f}] {p['verdict']}"
+              + (f"; priced tok/s x{q['median']:.2f} [{q['low']:.2f}, {q['high']:.2f}] {q['verdict']}" if q else ""))
     # what the measured costs say a draft must win, by how full the batch is
     break_even = (break_even_by_rows(runs, str(args.profile), args.max_batch)
                   if args.profile is not None and any(r["completed"] for r in runs) else None)

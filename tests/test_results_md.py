@@ -192,6 +192,27 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
     assert "Requests that arrived while the slowest quarter" in section
 
 
+def test_served_batching_runs_priced_at_the_profile_render_beside_the_wall_clock(results_copy):
+    from benchmarks.serve_batching import compare_rounds
+
+    heading = "## Batched serving by concurrency, held-out prompts, again, at the profile's prices"
+    assert heading not in make_results.render(results_copy, results_kit.dates_in(COMMITTED))  # no file, no section
+    data = json.loads((results_copy / "serve_batching_test_c4.json").read_text())
+    for run in data["runs"]:  # adaptive's forwards cost a little more per token than static's, every round
+        run["priced_tokens_per_s"] = {"adaptive": 24.0 + run["round"] / 10, "static:ngram:8": 25.0, "plain": 18.0}[run["config"]]
+    data["comparisons"] = [compare_rounds(data["runs"], c, 4) for c in data["configs"] if c != "adaptive"]
+    (results_copy / "serve_batching_test_priced.json").write_text(json.dumps(data))
+
+    section = make_results.render(results_copy, results_kit.dates_in(COMMITTED)).split(heading)[1].split("\n## ")[0]
+    assert "| output tok/s | priced tok/s | E2EL p50 s |" in section and "*Priced tok/s*" in section
+    first = next(line for line in section.splitlines() if line.startswith("| 1 | 4 | `adaptive` |"))
+    assert "| 24.0 |" in first
+    static = next(line for line in section.splitlines() if line.startswith("| 4 | `static:ngram:8` |") and "×" in line)
+    assert static.rstrip().endswith("| 0.97× [0.96, 0.98] | behind in every round |")  # 24.0 .. 24.4 over 25
+    plain = next(line for line in section.splitlines() if line.startswith("| 4 | `plain` |") and "×" in line)
+    assert "| 1.34× [1.33, 1.36] | ahead in every round |" in plain
+
+
 def test_a_served_shift_with_speed_timelines_leads_with_the_timeline_predictions(results_copy):
     path = results_copy / "serve_shift.json"
     data = json.loads(path.read_text())

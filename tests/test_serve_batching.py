@@ -142,6 +142,48 @@ def test_adaptive_is_compared_round_by_round_with_a_verdict_only_where_every_rou
     assert agreement([0.9, 0.8]) == "behind in every round" and agreement([1.2]) == "one round: no spread"
 
 
+def test_where_every_run_was_priced_adaptive_is_also_compared_at_the_profiles_prices():
+    from benchmarks.serve_batching import compare_rounds
+
+    def run(config, round_, tok_s, priced=None):
+        return {"config": config, "concurrency": 4, "round": round_, "output_tokens_per_s": tok_s,
+                "e2el_s": {"p50": 1.0, "p95": 5.0}, **({"priced_tokens_per_s": priced} if priced else {})}
+
+    # the wall clock says adaptive won round 1 and lost round 2 (the machine's swings); at the profile's
+    # prices its forwards cost more per token in both
+    runs = [run("adaptive", 0, 33.0, 24.0), run("static:ngram:8", 0, 30.0, 25.0),
+            run("adaptive", 1, 27.0, 23.0), run("static:ngram:8", 1, 30.0, 25.5)]
+    c = compare_rounds(runs, "static:ngram:8", 4)
+    assert c["throughput"]["verdict"] == "no consistent difference"
+    assert c["priced_throughput"]["ratios"] == pytest.approx([24 / 25, 23 / 25.5])
+    assert c["priced_throughput"]["verdict"] == "behind in every round"
+    # one run without its price (a result recorded before runs were priced): no priced comparison at all
+    assert "priced_throughput" not in compare_rounds([*runs[:3], run("static:ngram:8", 1, 30.0)], "static:ngram:8", 4)
+
+
+def test_a_runs_forwards_are_priced_as_the_engine_laid_them_out_whatever_the_machines_speed(tmp_path):
+    from benchmarks.serve_batching import priced_seconds
+    from simulator.cost_model import fit_cost_model
+    from simulator.profile import load_profile
+
+    cost = fit_cost_model(load_profile(_profile(tmp_path)))
+
+    def step(t, request, proposed, context, verify_s):
+        return {"time": t, "request_id": request, "proposed": proposed, "context_len": context, "draft_s": 0.0,
+                "verify_s": verify_s}
+
+    # two rows join (one drafts 4), both decode plainly, then the second is alone
+    steps = [step(0.0, 1, 4, 101, 0.1), step(0.0, 2, 0, 51, 0.1), step(0.2, 1, 0, 103, 0.08),
+             step(0.2, 2, 0, 52, 0.08), step(0.4, 2, 0, 53, 0.05)]
+    expected = (forward_verify_s(cost, [5, 1], [101, 51], 100) + forward_verify_s(cost, [1, 1], [103, 52], 105)
+                + forward_verify_s(cost, [1], [53], 52))
+    assert priced_seconds(steps, cost) == pytest.approx(expected)
+    # the draft is priced: the same forwards without it cost less
+    assert priced_seconds([{**s, "proposed": 0} for s in steps], cost) < expected
+    # the machine ran three times slower: the records' seconds change, the price does not
+    assert priced_seconds([{**s, "verify_s": 3 * s["verify_s"]} for s in steps], cost) == pytest.approx(expected)
+
+
 def test_adaptive_is_compared_with_each_rounds_best_fixed_config_by_throughput():
     from benchmarks.serve_batching import compare_best_fixed
 
