@@ -194,10 +194,7 @@ class SpeculativeDecoder:
     def policy_for(self, key: str = "", policy: Policy | None = None, force_plain: bool = False,
                    force_drafter: str | None = None, force_k: int | None = None) -> Policy:
         """The controller for one request: an explicit ``policy``, else the decoder's (per key)."""
-        if force_drafter is not None and force_drafter not in self.drafters:
-            raise InvalidParameterError("force_drafter", force_drafter, f"not loaded; loaded: {', '.join(self.drafters)}")
-        if force_k is not None:
-            validate_draft_len(force_k)
+        self.check_overrides(force_drafter, force_k)
         base = policy if policy is not None else self.policy  # an empty registry is falsy
         if isinstance(base, PolicyRegistry):
             try:
@@ -213,6 +210,15 @@ class SpeculativeDecoder:
                     raise InvalidParameterError("force_k", None, f"needed to force drafter {force_drafter!r} on a {base.name} policy")
             return OverridePolicy(base, Action(force_drafter, force_k))
         return base
+
+    def check_overrides(self, force_drafter: str | None = None, force_k: int | None = None, **_) -> None:
+        """A request's overrides refused as ``policy_for`` refuses them, without building its
+        controller: the server checks them before it answers, since a streamed answer has already
+        said 200 by the time the engine's thread takes the request."""
+        if force_drafter is not None and force_drafter not in self.drafters:
+            raise InvalidParameterError("force_drafter", force_drafter, f"not loaded; loaded: {', '.join(self.drafters)}")
+        if force_k is not None:
+            validate_draft_len(force_k)
 
     # -- one request's pieces, shared with the batched engine (adaptive_spec.batching) ----------------
 

@@ -204,6 +204,9 @@ def test_docstring_examples_run(name):
     ({"max_concurrency": 0}, "max_concurrency"), ({"num_requests": 0}, "num_requests"), ({"duration_s": -1.0}, "duration"),
     ({"endpoint": "embeddings"}, "endpoint"), ({"url": "127.0.0.1:8000"}, "url"), ({"traffic_key": "{user}"}, "traffic_key"),
     ({"duration_s": 10.0}, "rate"),  # rate inf over a duration without a concurrency limit: no end to the requests
+    ({"traffic_key": "{kind.foo}"}, "traffic_key"), ({"traffic_key": "{kind:d}"}, "traffic_key"),
+    # fields loadgen sets itself: the report would describe other requests than those sent
+    ({"extra_body": {"stream": False}}, "extra_body"), ({"extra_body": {"max_tokens": 7}}, "extra_body"),
 ])
 def test_a_bad_config_names_the_parameter(change, name):
     with pytest.raises(InvalidParameterError) as info:
@@ -320,6 +323,35 @@ def test_a_full_queue_is_counted_as_429s(tmp_path):
     summary = summarize(result.records, result.duration_s, {})
     assert summary["errors"] == {"429": statuses.count(429)} and summary["completed"] == statuses.count(200)
     assert all("queue" in r.error for r in result.records if r.status == 429), [r.error for r in result.records]
+
+
+@pytest.mark.parametrize("event", ["null", "5", '{"choices": ["x"]}', '{"choices": [{"text": 7}]}',
+                                   '{"choices": [], "usage": 5}', '{"choices": [], "usage": {"completion_tokens": "2"}}'])
+def test_an_event_not_shaped_as_openais_fails_that_request_alone(event):
+    import httpx
+
+    from adaptive_spec.loadgen.client import send
+
+    def answer(request):
+        return httpx.Response(200, text=f'data: {{"choices": [{{"text": "a"}}]}}\n\ndata: {event}\n\ndata: [DONE]\n\n',
+                              headers={"content-type": "text/event-stream"})
+
+    async def one():
+        async with httpx.AsyncClient(base_url="http://127.0.0.1:1", transport=httpx.MockTransport(answer)) as client:
+            return await send(client, RequestRecord(0, "p0", "copy", 0.0), "completions", {}, {}, time.perf_counter())
+
+    record = asyncio.run(one())
+    assert record.status == "stream_error" and record.error.startswith("unreadable event") and not record.ok
+    summary = summarize([record], 1.0, {})  # and the report is made, the request counted as an error
+    assert summary["completed"] == 0 and summary["errors"] == {"stream_error": 1}
+
+
+def test_a_run_over_a_duration_at_a_slow_rate_ends_at_the_duration(served):
+    config = LoadConfig(url=served, rate=0.01, duration_s=1.0, max_tokens=2, seed=2)
+    second = list(itertools.islice(arrival_offsets(0.01, 1.0, random.Random("2:arrivals")), 2))[1]
+    assert second > 60  # the next arrival is far past the end: the run must not wait for it
+    result = asyncio.run(asyncio.wait_for(run_load(config, PROMPTS), timeout=30))
+    assert len(result.records) == 1 and result.records[0].ok
 
 
 def test_a_model_the_server_does_not_serve_is_named(served):

@@ -127,6 +127,9 @@ def test_models_health_version_and_metrics(api, served):
     ({"stop": ""}, "stop"),
     ({"extra_body": {"speculation": {"mode": "static", "drafter": "int8", "k": 2}}}, "speculation"),
     ({"extra_body": {"speculation": {"mode": "sometimes"}}}, "speculation.mode"),
+    ({"extra_body": {"speculation": {"mode": "off", "drafter": "ngram", "k": 9999}}}, "speculation"),
+    ({"extra_body": {"temperature": True}}, "temperature"),  # not 1.0
+    ({"extra_body": {"top_p": "0.5"}}, "top_p"),
 ])
 def test_invalid_fields_are_400_naming_the_field(api, kwargs, param):
     with pytest.raises(openai.BadRequestError) as caught:
@@ -153,6 +156,55 @@ def test_prompt_errors_unknown_model_and_body_limits(api, served):
         assert surrogate.status_code == 400 and surrogate.json()["error"]["param"] == "messages.0.content"
         missing = http.get("/v1/nothing")
         assert missing.status_code == 404 and "error" in missing.json()
+
+
+@pytest.mark.parametrize("speculation", [{"mode": "static", "drafter": "nope", "k": 2},
+                                         {"mode": "static", "drafter": "ngram", "k": 100_000}])
+def test_a_streamed_request_with_bad_speculation_is_400_before_the_stream_starts(served, speculation):
+    with client(served[0]) as http:
+        answer = http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 4, "stream": True,
+                                                    "speculation": speculation})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "speculation"
+
+
+def test_bad_bodies_are_400_naming_the_field_and_its_value_and_the_connection_serves_on(served):
+    with client(served[0]) as http:
+        deep = http.post("/v1/completions", content=b"[" * 100_000 + b"]" * 100_000,
+                         headers={"content-type": "application/json"})
+        assert deep.status_code == 400 and deep.json()["error"]["code"] == "invalid_json"
+        for body, param, value in [({"prompt": PROMPTS[0], "stream": "yes"}, "stream", "'yes'"),
+                                   ({"prompt": PROMPTS[0], "stream_options": {"include_usage": 1}},
+                                    "stream_options.include_usage", "1"),
+                                   ({"prompt": PROMPTS[0], "user": 7}, "user", "7")]:
+            answer = http.post("/v1/completions", json={**body, "max_tokens": 4})
+            assert answer.status_code == 400 and answer.json()["error"]["param"] == param
+            assert answer.json()["error"]["message"].startswith(f"invalid {param}={value}: ")
+        # and the same connection answers the next request
+        assert http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 2}).status_code == 200
+
+
+def test_an_unexpected_error_is_a_json_500_and_the_connection_serves_on(served, monkeypatch):
+    from adaptive_spec.server import protocol
+
+    def broken(request):
+        raise RuntimeError("a bug")
+
+    with client(served[0]) as http:
+        monkeypatch.setattr(protocol, "speculation_overrides", broken)
+        failed = http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 2})
+        monkeypatch.undo()
+        assert failed.status_code == 500 and failed.json()["error"]["type"] == "internal_server_error"
+        assert "a bug" not in failed.text and "Traceback" not in failed.text
+        # Starlette's own last resort raises again after answering, and the server drops the connection
+        assert http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 2}).status_code == 200
+
+
+def test_an_invented_http_method_is_counted_as_other(served):
+    with client(served[0]) as http:
+        for i in range(3):
+            http.request(f"XMETHOD{i}", "/health")
+        metrics = http.get("/metrics").text
+    assert "XMETHOD" not in metrics and 'method="other",route="/health"' in metrics
 
 
 def test_api_key_is_required_when_set():

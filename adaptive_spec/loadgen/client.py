@@ -108,6 +108,8 @@ async def send(client: httpx.AsyncClient, record: RequestRecord, endpoint: str, 
                     done = True
                     break
                 event = json.loads(data)
+                if not isinstance(event, dict):
+                    raise ValueError(f"not a JSON object: {data[:80]}")
                 if "error" in event:
                     record.status, record.error = "stream_error", _error_message(event)
                     return record
@@ -121,9 +123,12 @@ async def send(client: httpx.AsyncClient, record: RequestRecord, endpoint: str, 
                     record.chunks += 1
                     record.text += text
                 record.finish_reason = finish or record.finish_reason
-                if event.get("usage"):
-                    record.prompt_tokens = event["usage"].get("prompt_tokens")
-                    record.output_tokens = event["usage"].get("completion_tokens", 0)
+                usage = event.get("usage")
+                if usage:
+                    if not isinstance(usage, dict) or not isinstance(usage.get("completion_tokens", 0), int):
+                        raise ValueError(f"usage is not an object with integer counts: {usage!r}"[:120])
+                    record.prompt_tokens = usage.get("prompt_tokens")
+                    record.output_tokens = usage.get("completion_tokens", 0)
                     record.usage_reported = True
                     record.server = event.get("metrics")
             if not done:
@@ -138,17 +143,23 @@ async def send(client: httpx.AsyncClient, record: RequestRecord, endpoint: str, 
         record.status, record.error = "timeout", f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     except httpx.TransportError as exc:  # connection refused or reset, protocol errors
         record.status, record.error = "connection_error", f"{type(exc).__name__}: {exc}"
-    except ValueError as exc:  # a data line that is not JSON
+    except ValueError as exc:  # a data line that is not JSON, or not shaped as OpenAI's events are
         record.status, record.error = "stream_error", f"unreadable event: {exc}"
     return record
 
 
 def _choice(event: dict, endpoint: str) -> tuple[str, str | None]:
+    """The first choice's text and finish reason; ``ValueError`` for an event not shaped as OpenAI's."""
     choices = event.get("choices") or []
     if not choices:
         return "", None
-    choice = choices[0]
-    text = (choice.get("delta") or {}).get("content") if endpoint == "chat" else choice.get("text")
+    choice = choices[0] if isinstance(choices, list) else None
+    if not isinstance(choice, dict):
+        raise ValueError(f"choices is not a list of objects: {choices!r}"[:120])
+    delta = choice.get("delta") or {} if endpoint == "chat" else {}
+    text = delta.get("content") if isinstance(delta, dict) and endpoint == "chat" else choice.get("text")
+    if text is not None and not isinstance(text, str):
+        raise ValueError(f"a choice's text is not a string: {text!r}"[:120])
     return text or "", choice.get("finish_reason")
 
 

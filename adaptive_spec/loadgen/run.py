@@ -33,6 +33,10 @@ from adaptive_spec.loadgen.client import RequestRecord, check_server, request_bo
 from adaptive_spec.prompts import Prompt
 
 ENDPOINTS = ("completions", "chat")
+# what every request's body holds from loadgen's own options (``client.request_body``): --extra-body
+# may not replace them, or the report's config would say one thing and the requests another
+LOADGEN_FIELDS = frozenset({"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature",
+                            "stream", "stream_options", "n"})
 DEFAULT_NUM_REQUESTS = 100  # when nothing else bounds the run: vLLM's 1000 is hours on a CPU model
 
 
@@ -82,8 +86,12 @@ class LoadConfig:
         if self.traffic_key is not None:
             try:
                 self.traffic_key.format(kind="kind")
-            except (KeyError, IndexError, ValueError) as exc:
+            except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:  # "{kind.x}", "{kind[0]:d}"
                 raise InvalidParameterError("traffic_key", self.traffic_key, f"only {{kind}} may be replaced ({exc})") from None
+        owned = sorted(set(self.extra_body or {}) & LOADGEN_FIELDS)
+        if owned:
+            raise InvalidParameterError("extra_body", owned[0], "loadgen sets this field itself (its own option, or a "
+                                        "streamed request it times), so the report would not describe what was sent")
         if self.schedule is not None and prompts:
             check_kinds(self.schedule, prompts)
 
@@ -171,6 +179,8 @@ async def _arrive_and_send(client, config: LoadConfig, model: str, prompts, on_d
             if slots is not None and not await _unless_stopped(slots.acquire(), stop):
                 break
             offset = time.perf_counter() - origin
+        elif end is not None and offset >= end:  # past the end: not worth sleeping until it
+            break
         elif not await _unless_stopped(asyncio.sleep(max(0.0, origin + offset - time.perf_counter())), stop):
             break
         if stop.is_set() or (end is not None and offset >= end):

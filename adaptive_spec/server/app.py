@@ -24,7 +24,7 @@ from adaptive_spec.config import PREFILL_CHUNK, context_overflow
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.prompts import check_prompt_text
 from adaptive_spec.server import protocol, responses
-from adaptive_spec.server.errors import APIError, error_body, install_handlers
+from adaptive_spec.server.errors import AnswerUnexpected, APIError, error_body, install_handlers
 from adaptive_spec.server.metrics import ServerMetrics
 from adaptive_spec.server.worker import EngineWorker, Job
 from policies.batch_cap import BatchDraftCap
@@ -128,8 +128,9 @@ def create_app(load: Callable, model_name: str, settings: Settings | None = None
     app.state.service = service
     install_handlers(app)
 
-    # a plain ASGI middleware: Starlette's BaseHTTPMiddleware would hide a client's disconnect from
+    # plain ASGI middlewares: Starlette's BaseHTTPMiddleware would hide a client's disconnect from
     # request.is_disconnected(), which is how a non-streamed request learns its client left
+    app.add_middleware(AnswerUnexpected)
     app.add_middleware(_CountRequests, metrics=service.metrics)
 
     @app.get("/health")
@@ -182,8 +183,12 @@ async def _generate(request: Request, service: Service, chat: bool):
         raise APIError.from_invalid(context_overflow(len(prompt_ids), config.max_new_tokens, context),
                                     {"max_new_tokens": name, "prompt": "messages" if chat else "prompt"})
     key = request.headers.get("x-traffic-key") or parsed.user or request.url.path
-    job = Job(prompt_ids, config, key, protocol.speculation_overrides(parsed), asyncio.get_running_loop(),
-              streamed=parsed.stream)
+    overrides = protocol.speculation_overrides(parsed)
+    try:  # here, not on the engine's thread: a streamed answer would already have said 200
+        service.decoder.check_overrides(**overrides)
+    except InvalidParameterError as exc:
+        raise APIError.from_invalid(exc) from None
+    job = Job(prompt_ids, config, key, overrides, asyncio.get_running_loop(), streamed=parsed.stream)
     worker.submit(job)
     request_id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(12)
     if parsed.stream:

@@ -7,6 +7,7 @@ logged here with its traceback and answered with a generic 500).
 
 from __future__ import annotations
 
+import json
 import logging
 
 from fastapi import FastAPI, Request
@@ -73,7 +74,42 @@ def install_handlers(app: FastAPI) -> None:
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return APIError(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None)).response()
 
-    @app.exception_handler(Exception)
+    @app.exception_handler(Exception)  # what gets past ``AnswerUnexpected`` (an error in a middleware)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error serving %s %s", request.method, request.url.path)
-        return APIError(500, "internal server error; the server log has the details").response()
+        return UNEXPECTED.response()
+
+
+UNEXPECTED = APIError(500, "internal server error; the server log has the details")
+
+
+class AnswerUnexpected:
+    """An ASGI middleware that answers any error a route did not turn into a response with the
+    generic 500 and goes on. Starlette's own last resort (an ``Exception`` handler) sends the same
+    answer, then raises the error again, and the server closes the connection: a client's next
+    request on it could get no answer at all. An error after the response started (headers sent)
+    is logged and raised: the answer is cut, and closing the connection is what says so."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def send_and_note(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        except Exception:
+            log.exception("unexpected error serving %s %s", scope.get("method"), scope.get("path"))
+            if started:
+                raise
+            body = json.dumps(UNEXPECTED.body()).encode()
+            await send({"type": "http.response.start", "status": 500,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})

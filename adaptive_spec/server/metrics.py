@@ -13,6 +13,7 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, generate_latest
 
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})  # labelled as sent; others: "other"
 # the suffix drafter's history of past outputs (HistoryStore.stats): bounded, and shown here so that
 # an operator sees what it holds
 SUFFIX_GAUGES = {
@@ -38,7 +39,8 @@ class ServerMetrics:
                         for field, help_text in SUFFIX_GAUGES.items()}
 
     def request(self, method: str, route: str, status: int) -> None:
-        self.requests.labels(method, route, str(status)).inc()
+        # a client may send any method name: each new one would be a new series, without end
+        self.requests.labels(method if method in METHODS else "other", route, str(status)).inc()
 
     def exposition(self) -> tuple[bytes, str]:
         stats = self._suffix_stats() or {}  # sized once per scrape: it walks the history's index

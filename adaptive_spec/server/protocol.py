@@ -29,7 +29,7 @@ class Speculation(BaseModel):
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    include_usage: bool = False
+    include_usage: bool = Field(default=False, strict=True)
 
 
 class _Request(BaseModel):
@@ -37,12 +37,12 @@ class _Request(BaseModel):
     model: str | None = None
     max_tokens: int | None = Field(default=None, strict=True)
     max_completion_tokens: int | None = Field(default=None, strict=True)
-    temperature: float | None = None
-    top_p: float | None = None
+    temperature: float | None = Field(default=None, strict=True)  # strict: true is not 1.0, "0" not 0 (an int is)
+    top_p: float | None = Field(default=None, strict=True)
     top_k: int | None = Field(default=None, strict=True)
     seed: int | None = Field(default=None, strict=True)
     stop: Union[str, list[str], None] = None
-    stream: bool = False
+    stream: bool = Field(default=False, strict=True)  # strict: "yes" is not true
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, strict=True)
     user: str | None = None
@@ -78,6 +78,8 @@ def parse(model: type[_Request], body: bytes) -> _Request:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:  # the parser's own limit, reached by arrays or objects nested thousands deep
+        raise APIError(400, "the request body is not valid JSON: nested too deeply", code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object", code="invalid_json")
     try:
@@ -85,10 +87,21 @@ def parse(model: type[_Request], body: bytes) -> _Request:
     except ValidationError as exc:
         first = exc.errors()[0]
         param = _top_field(first["loc"])
-        raise APIError(400, f"invalid {param}: {first['msg']}", param=param, code="invalid_value") from None
+        value = "" if first["type"] == "missing" else f"={_quoted(first.get('input'))}"
+        raise APIError(400, f"invalid {param}{value}: {first['msg']}", param=param, code="invalid_value") from None
     if request.n != 1:
         raise APIError(400, f"invalid n={request.n}: only n=1 is supported", param="n", code="invalid_value")
     return request
+
+
+def _quoted(value: object, limit: int = 60) -> str:
+    """``value`` as the request held it, cut to ``limit`` characters (a field may hold a whole prompt).
+
+    >>> _quoted("yes"), _quoted([1, 2]), _quoted("x" * 100)[-8:]
+    ("'yes'", '[1, 2]', 'xxxxx...')
+    """
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _top_field(loc: tuple) -> str:
@@ -121,6 +134,9 @@ def speculation_overrides(request: _Request) -> dict:
             raise APIError(400, "speculation.drafter and speculation.k need mode 'static'", param="speculation")
         return {}
     if spec.mode == "off":
+        if spec.drafter is not None or spec.k is not None:
+            raise APIError(400, "speculation.drafter and speculation.k need mode 'static'; mode 'off' decodes plainly",
+                           param="speculation")
         return {"force_plain": True}
     if spec.drafter is None:
         raise APIError(400, "speculation mode 'static' needs a drafter", param="speculation.drafter")
