@@ -191,7 +191,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
         parts += [_arrivals(data)]
     if any("drafting_by_rows" in r for r in data["runs"]):
         parts += [_by_rows(data)]
-    parts += [plot, provenance(results_dir, [name], dates, command, machine_line(data))]
+    parts += [plot, provenance(results_dir, [name, *_forwards_file(results_dir, name)], dates, command, machine_line(data))]
     return "\n\n".join(parts)
 
 

@@ -238,6 +238,23 @@ def test_a_fit_that_prices_a_plain_step_at_or_below_zero_cuts_nothing():
     cap.warm([(rows, 1, 0.05 * rows - 0.3) for rows in (6, 7, 8)] + [(rows, 9, 0.06 * rows) for rows in (6, 7, 8)])
     assert cap.cost(2, 1) <= 0
     assert cap.pick([8, 0], [copying(8), [1.0]], [True, True], PACKED) is None
+    assert cap.credits(1.0, [1, 1], 0.0) is None  # nor does it hand out credit priced from it
+
+
+def test_a_cut_that_brings_nothing_more_is_not_taken():
+    cap = warmed(plain_slowdown=None)
+    cap.cost = lambda rows, width, context=0.0: 0.1  # any width costs a plain step's price
+    # drafts that win nothing tie with none at all: ties go to the shorter cut
+    assert cap.pick([4, 0], [[1.0] * 5, None], [True, False], PACKED) == 0
+    assert cap.pick([4, 0], [[1.0, 1.5, 2.0, 2.5, 3.0], None], [True, False], PACKED) == 4
+
+
+def test_a_step_the_cut_made_plain_counts_as_the_plain_step_that_prices_the_batch():
+    cap = warmed(plain_every=3, plain_slowdown=0.0)
+    # the bound of 0 refuses every draft beside a row that verifies nothing: the cut makes the step plain
+    beside_plain = ([8, 0], [copying(8), [1.0]], [True, True], PACKED)
+    alone_pays = ([8, 8], [copying(8)] * 2, [True, True], PACKED)
+    assert [cap.pick(*beside_plain), cap.pick(*alone_pays), cap.pick(*alone_pays), cap.pick(*alone_pays)] == [0, 8, 8, 0]
 
 
 def test_a_wider_step_is_never_priced_below_a_plain_one_of_the_same_rows():

@@ -351,6 +351,35 @@ def test_a_row_left_with_nothing_to_verify_bounds_what_the_others_drafts_cost_it
     assert sum(s.proposed for s in unbounded.steps[: len(plain.steps)]) > 0  # without the bound its drafts pay
 
 
+def test_each_rows_credit_is_what_its_steps_earned_and_the_cap_weighs_it():
+    """A row's credit (seconds ahead of plain decoding, with the margin) is kept over its request's
+    life from what each step's ``credits`` gave it, and every cut is picked with the rows' credits."""
+    decoder = SpeculativeDecoder(loaded(tiny_llama(seed=0)), [EchoDrafter()])
+    earned, picked = {}, []
+
+    class Spy(type(dear_drafts_cap())):
+        def credits(self, width, emitted, context=0.0):
+            gained = super().credits(width, emitted, context)
+            for row, g in zip(engine.active, gained or ()):
+                earned[id(row)] = earned.get(id(row), 0.0) + g
+            return gained
+
+        def pick(self, lengths, expected, bound, scored, credit=None, context=0.0):
+            picked.append((credit, [earned.get(id(row), 0.0) for row in engine.active]))
+            return super().pick(lengths, expected, bound, scored, credit, context)
+
+    cap = Spy(plain_slowdown=0.05)
+    cap.warm([(r, w, 0.01 + 0.01 * r + 0.001 * r * w, 32) for r in (1, 2, 4) for w in (1, 2, 5, 9)])
+    engine = BatchedDecoder(decoder, max_batch=3, draft_cap=cap)
+    engine.submit(COPY, policy=Confident("echo", start_k=4), max_new_tokens=24)
+    engine.submit(PROMPTS[1], policy=make_policy("plain", ["echo"]), max_new_tokens=16)
+    engine.submit(COPY, policy=Confident("echo", start_k=2), max_new_tokens=20)
+    engine.run()
+    assert len(picked) > 5
+    assert all(credit == pytest.approx(expected) for credit, expected in picked)
+    assert any(abs(c) > 0 for credit, _ in picked for c in credit)  # credits were earned, and weighed
+
+
 def test_a_packed_forward_in_one_thread_leaves_another_threads_attention_alone():
     """The packed step's attention wrapper acts only for the thread whose packed forward it is: a
     forward of another thread meanwhile runs plain sdpa and gets its own logits."""

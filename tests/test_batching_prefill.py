@@ -2,7 +2,6 @@
 step prefilling at most ``prefill_chunk`` of its tokens, while the other rows keep decoding; every
 row's tokens stay those of the single request."""
 
-import time
 
 import pytest
 import torch
@@ -230,7 +229,7 @@ def test_a_request_that_fails_after_its_prompt_is_in_is_ended_by_the_recovery_no
     assert engine.pending == 0 and engine.slots.rows == 0 and not engine._busy
 
 
-def test_rows_are_charged_their_own_forward_not_the_prompts_that_rode_in_it(decoder):
+def test_rows_are_charged_their_own_forward_not_the_prompts_that_rode_in_it(decoder, monkeypatch):
     """What the controllers learn a step cost: a rider's prefill is not the cost of the rows' drafts."""
     from policies.batch_cap import BatchDraftCap
 
@@ -238,9 +237,11 @@ def test_rows_are_charged_their_own_forward_not_the_prompts_that_rode_in_it(deco
     engine = BatchedDecoder(decoder, max_batch=4, draft_cap=cap)
     cap.cost = lambda rows, width, context=0.0: 0.01  # the fit's price of the rows' own forward
     extend = engine.slots.extend
+    clock = [0.0]  # the engine's clock: only the forwards move it, so what they are charged is exact
+    monkeypatch.setattr(decoder, "_now", lambda: clock[0])
 
-    def slow(inputs, riders=()):  # every forward takes at least 50 ms
-        time.sleep(0.05)
+    def slow(inputs, riders=()):  # every forward takes 50 ms on that clock
+        clock[0] += 0.05
         return extend(inputs, riders)
 
     engine.slots.extend = slow
@@ -250,4 +251,4 @@ def test_rows_are_charged_their_own_forward_not_the_prompts_that_rode_in_it(deco
     engine.submit(LONG[:20], policy=policy("plain"), max_new_tokens=6)  # rides in the third step
     results = engine.run()
     verify = [step.verify_s for step in results[first].steps]
-    assert verify[2] <= 0.01 < 0.05 <= min(verify[:2] + verify[3:])
+    assert verify[2] == pytest.approx(0.01) and verify[:2] + verify[3:] == pytest.approx([0.05] * (len(verify) - 1))

@@ -76,7 +76,8 @@ def test_every_class_loads_as_a_simulator_profile(decoder):
 
 
 def test_the_modules_examples():
-    assert doctest.testmod(calibrate_module).failed == 0
+    result = doctest.testmod(calibrate_module)
+    assert result.failed == 0 and result.attempted > 0  # a module whose examples vanished passes no test
 
 
 def test_a_position_with_too_few_drafts_takes_the_fallback():

@@ -54,7 +54,8 @@ def test_prompts_fit_the_model_s_window_and_cut_texts_say_so():
     assert any(r["prompt"].endswith(" [...]") for r in summaries)
     for row in (r for r in ROWS if r["kind"] == "rag"):
         assert row["prompt"].rstrip().endswith("?") or "\n" in row["prompt"]  # the question is kept, last
-    assert doctest.testmod(build).failed == 0
+    result = doctest.testmod(build)
+    assert result.failed == 0 and result.attempted > 0  # a module whose examples vanished passes no test
 
 
 def test_every_source_is_documented_with_its_licence_and_saved():

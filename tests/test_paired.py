@@ -118,7 +118,8 @@ def test_docstring_examples_run():
 
     import adaptive_spec.paired as paired
 
-    assert doctest.testmod(paired).failed == 0
+    result = doctest.testmod(paired)
+    assert result.failed == 0 and result.attempted > 0  # a module whose examples vanished passes no test
 
 
 def test_a_single_unit_gets_no_interval_and_no_verdict():

@@ -196,6 +196,7 @@ def test_served_batching_runs_priced_at_the_profile_render_beside_the_wall_clock
     from benchmarks.serve_batching import compare_rounds
 
     heading = "## Batched serving by concurrency, held-out prompts, again, at the profile's prices"
+    (results_copy / "serve_batching_test_priced.json").unlink()
     assert heading not in make_results.render(results_copy, results_kit.dates_in(COMMITTED))  # no file, no section
     data = json.loads((results_copy / "serve_batching_test_c4.json").read_text())
     for run in data["runs"]:  # adaptive's forwards cost a little more per token than static's, every round

@@ -12,7 +12,8 @@ from benchmarks import serve_batching, serve_tradeoff
 
 
 def test_labels_name_each_bound():
-    assert doctest.testmod(serve_tradeoff).failed == 0
+    result = doctest.testmod(serve_tradeoff)
+    assert result.failed == 0 and result.attempted > 0  # a module whose examples vanished passes no test
     assert serve_tradeoff.label(0.0) == "adaptive@0"
 
 

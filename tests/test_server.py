@@ -199,6 +199,45 @@ def test_an_unexpected_error_is_a_json_500_and_the_connection_serves_on(served, 
         assert http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 2}).status_code == 200
 
 
+def test_a_chat_template_that_refuses_the_messages_is_a_400_naming_them(served, monkeypatch):
+    from jinja2.exceptions import TemplateError
+
+    decoder = served[2]
+
+    def refuse(messages, **kwargs):
+        raise TemplateError("Conversation roles must alternate user/assistant/user/assistant/...")
+
+    monkeypatch.setattr(decoder.tokenizer, "apply_chat_template", refuse)
+    with client(served[0]) as http:
+        answer = http.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "<4>"}] * 2,
+                                                         "max_tokens": 2})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "messages"
+    assert "roles must alternate" in answer.json()["error"]["message"]
+
+
+def test_a_request_the_engine_cannot_take_is_a_500_and_the_worker_serves_on(served, monkeypatch):
+    url, app, decoder = served
+    worker = app.state.service.worker
+    target = worker.engine if hasattr(worker, "engine") else decoder  # batched: submit; one at a time: stream
+    name = "submit" if hasattr(worker, "engine") else "stream"
+    real, calls = getattr(target, name), []
+
+    def broken_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            if name == "stream":  # a stream that ends without handing over its result
+                return iter(())
+            raise RuntimeError("a bug")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, broken_once)
+    with client(url) as http:
+        failed = http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 2})
+        assert failed.status_code == 500 and "a bug" not in failed.text
+        assert http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 2}).status_code == 200
+    assert len(calls) == 2
+
+
 def test_an_invented_http_method_is_counted_as_other(served):
     with client(served[0]) as http:
         for i in range(3):

@@ -263,4 +263,5 @@ def test_the_engines_slot_axis_is_followed_from_the_step_records():
               rows((1, 13, 0), (2, 8, 0), (3, 41, 0)),  # 28 slots > 2 x 12 compact to 12; 40 joins: 40
               rows((3, 42, 0))]  # 1 and 2 left: 41 slots, 41 held
     assert [slots for _, slots in with_slots(groups)] == [10, 19, 40, 41]
-    assert doctest.testmod(simulator.speed).failed == 0
+    result = doctest.testmod(simulator.speed)
+    assert result.failed == 0 and result.attempted > 0  # a module whose examples vanished passes no test

@@ -87,9 +87,9 @@ class _Row:
 class BatchedDecoder:
     """Decode many requests together on ``decoder``'s target, drafters and observers.
 
-    >>> engine = BatchedDecoder(decoder, max_batch=8)
-    >>> ids = [engine.submit(p, max_new_tokens=64, policy=make_policy("adaptive", ["ngram"])) for p in prompts]
-    >>> results = engine.run()   # {id: GenerationResult}
+    >>> engine = BatchedDecoder(decoder, max_batch=8)  # doctest: +SKIP
+    >>> ids = [engine.submit(p, max_new_tokens=64, policy=make_policy("adaptive", ["ngram"])) for p in prompts]  # doctest: +SKIP
+    >>> results = engine.run()   # {id: GenerationResult}  # doctest: +SKIP
 
     One thread drives it (``step`` or ``run``); the wrapped decoder must not serve requests of its
     own meanwhile (they would share the target's weights, not its cache, so that is safe, but they

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from jinja2.exceptions import TemplateError
 
 from adaptive_spec.config import PREFILL_CHUNK, context_overflow
 from adaptive_spec.errors import InvalidParameterError
@@ -256,7 +257,10 @@ def _encode(decoder, parsed, chat: bool) -> list[int]:
                 check_prompt_text(f"messages.{i}.content", message.text())
                 messages.append({"role": "system" if message.role == "developer" else message.role,
                                  "content": message.text()})
-            encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            try:
+                encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            except TemplateError as exc:  # the template's own refusal, e.g. roles that must alternate
+                raise APIError(400, f"the model's chat template refused the messages: {exc}", param="messages") from None
             ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
             return list(ids[0] if ids and isinstance(ids[0], list) else ids)
         if isinstance(parsed.prompt, str):

@@ -65,11 +65,15 @@ class BatchedWorker(EngineWorker):
                 continue
             for request_id in finished:
                 job, pieces = self._end(request_id)
-                result = engine.results.pop(request_id)
-                if pieces is not None:
-                    rest = pieces.finish(result.text)
-                    if rest:
-                        job.emit("text", rest)
+                try:
+                    result = engine.results.pop(request_id)
+                    rest = pieces.finish(result.text) if pieces is not None else None
+                except Exception:  # this job's answer alone: the thread serves the others on
+                    log.exception("finishing a request failed")
+                    job.emit("error", APIError(500, "the engine failed on this request; the server log has the details"))
+                    continue
+                if rest:
+                    job.emit("text", rest)
                 self.served += 1
                 job.emit("done", result)
 
@@ -91,6 +95,11 @@ class BatchedWorker(EngineWorker):
                                             on_tokens=on_tokens if pieces is not None else None, **job.overrides)
         except InvalidParameterError as exc:
             job.emit("error", APIError.from_invalid(exc))
+            self._one_less()
+            return
+        except Exception:  # refused alone: a job the engine cannot take must not stop the thread
+            log.exception("the engine could not take a request")
+            job.emit("error", APIError(500, "the engine failed on this request; the server log has the details"))
             self._one_less()
             return
         self._jobs[request_id] = (job, pieces)

@@ -137,5 +137,9 @@ class EngineWorker:
         if job.cancelled.is_set():
             self.cancelled += 1
             return
+        if not results:  # a stream that ended without its result: the job is answered, the thread goes on
+            log.error("the engine ended a request without a result")
+            job.emit("error", APIError(500, "the engine failed on this request; the server log has the details"))
+            return
         self.served += 1
         job.emit("done", results[0])
