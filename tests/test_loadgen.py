@@ -326,7 +326,10 @@ def test_a_full_queue_is_counted_as_429s(tmp_path):
 
 
 @pytest.mark.parametrize("event", ["null", "5", '{"choices": ["x"]}', '{"choices": [{"text": 7}]}',
-                                   '{"choices": [], "usage": 5}', '{"choices": [], "usage": {"completion_tokens": "2"}}'])
+                                   '{"choices": [], "usage": 5}', '{"choices": [], "usage": {"completion_tokens": "2"}}',
+                                   '{"choices": [], "usage": {"completion_tokens": true}}',
+                                   '{"choices": [], "usage": {"completion_tokens": 2, "prompt_tokens": "3"}}',
+                                   '{"choices": [], "metrics": [1]}'])
 def test_an_event_not_shaped_as_openais_fails_that_request_alone(event):
     import httpx
 
@@ -342,6 +345,13 @@ def test_an_event_not_shaped_as_openais_fails_that_request_alone(event):
 
     record = asyncio.run(one())
     assert record.status == "stream_error" and record.error.startswith("unreadable event") and not record.ok
+    if event.startswith('{"choices": ["x"]'):  # a chat chunk whose delta is not an object, likewise
+        async def chat():
+            def answer_chat(request):
+                return httpx.Response(200, text='data: {"choices": [{"delta": "hi"}]}\n\ndata: [DONE]\n\n')
+            async with httpx.AsyncClient(base_url="http://127.0.0.1:1", transport=httpx.MockTransport(answer_chat)) as c:
+                return await send(c, RequestRecord(0, "p0", "copy", 0.0), "chat", {}, {}, time.perf_counter())
+        assert asyncio.run(chat()).status == "stream_error"
     summary = summarize([record], 1.0, {})  # and the report is made, the request counted as an error
     assert summary["completed"] == 0 and summary["errors"] == {"stream_error": 1}
 

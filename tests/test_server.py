@@ -167,6 +167,24 @@ def test_a_streamed_request_with_bad_speculation_is_400_before_the_stream_starts
     assert answer.status_code == 400 and answer.json()["error"]["param"] == "speculation"
 
 
+def test_a_streamed_request_forcing_a_drafter_its_keys_controller_has_no_k_for_is_400_before_the_stream():
+    from adaptive_spec.decoder import SpeculativeDecoder
+    from adaptive_spec.drafters.ngram import NgramDrafter
+    from batch_kit import EchoDrafter
+    from policies.registry import PolicyRegistry
+
+    loaded = tiny_decoder()
+    decoder = SpeculativeDecoder(loaded.target_model, [NgramDrafter(), EchoDrafter()],
+                                 policy=PolicyRegistry("static:ngram:4", ["ngram", "echo"]))
+    with one_thread(), live_server(decoder) as (url, _), client(url) as http:
+        body = {"prompt": PROMPTS[0], "max_tokens": 4, "stream": True}
+        refused = http.post("/v1/completions", json={**body, "speculation": {"mode": "static", "drafter": "echo"}})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "speculation"
+        # its own drafter takes the controller's k
+        kept = http.post("/v1/completions", json={**body, "speculation": {"mode": "static", "drafter": "ngram"}})
+        assert kept.status_code == 200 and kept.text.rstrip().endswith("data: [DONE]")
+
+
 def test_bad_bodies_are_400_naming_the_field_and_its_value_and_the_connection_serves_on(served):
     with client(served[0]) as http:
         deep = http.post("/v1/completions", content=b"[" * 100_000 + b"]" * 100_000,
@@ -226,7 +244,7 @@ def test_a_request_the_engine_cannot_take_is_a_500_and_the_worker_serves_on(serv
         calls.append(1)
         if len(calls) == 1:
             if name == "stream":  # a stream that ends without handing over its result
-                return iter(())
+                return (piece for piece in ())
             raise RuntimeError("a bug")
         return real(*args, **kwargs)
 

@@ -123,9 +123,12 @@ async def send(client: httpx.AsyncClient, record: RequestRecord, endpoint: str, 
                     record.chunks += 1
                     record.text += text
                 record.finish_reason = finish or record.finish_reason
-                usage = event.get("usage")
+                usage, metrics = event.get("usage"), event.get("metrics")
+                if metrics is not None and not isinstance(metrics, dict):
+                    raise ValueError(f"metrics is not an object: {metrics!r}"[:120])
                 if usage:
-                    if not isinstance(usage, dict) or not isinstance(usage.get("completion_tokens", 0), int):
+                    if not (isinstance(usage, dict) and _count(usage.get("completion_tokens", 0))
+                            and (usage.get("prompt_tokens") is None or _count(usage["prompt_tokens"]))):
                         raise ValueError(f"usage is not an object with integer counts: {usage!r}"[:120])
                     record.prompt_tokens = usage.get("prompt_tokens")
                     record.output_tokens = usage.get("completion_tokens", 0)
@@ -156,11 +159,18 @@ def _choice(event: dict, endpoint: str) -> tuple[str, str | None]:
     choice = choices[0] if isinstance(choices, list) else None
     if not isinstance(choice, dict):
         raise ValueError(f"choices is not a list of objects: {choices!r}"[:120])
-    delta = choice.get("delta") or {} if endpoint == "chat" else {}
-    text = delta.get("content") if isinstance(delta, dict) and endpoint == "chat" else choice.get("text")
+    delta = (choice.get("delta") or {}) if endpoint == "chat" else {}
+    if not isinstance(delta, dict):
+        raise ValueError(f"a chat choice's delta is not an object: {delta!r}"[:120])
+    text = delta.get("content") if endpoint == "chat" else choice.get("text")
     if text is not None and not isinstance(text, str):
         raise ValueError(f"a choice's text is not a string: {text!r}"[:120])
     return text or "", choice.get("finish_reason")
+
+
+def _count(value: object) -> bool:
+    """A token count as OpenAI sends one: an integer, not a boolean."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _error_message(body: bytes | dict) -> str:

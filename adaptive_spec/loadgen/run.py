@@ -33,10 +33,13 @@ from adaptive_spec.loadgen.client import RequestRecord, check_server, request_bo
 from adaptive_spec.prompts import Prompt
 
 ENDPOINTS = ("completions", "chat")
-# what every request's body holds from loadgen's own options (``client.request_body``): --extra-body
-# may not replace them, or the report's config would say one thing and the requests another
-LOADGEN_FIELDS = frozenset({"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature",
-                            "stream", "stream_options", "n"})
+# fields --extra-body may not set, or the report's config would say one thing and the requests
+# another: what every body holds from loadgen's own options (``client.request_body``), and two
+# that would override them on the server (a budget over --max-tokens, choices loadgen does not read)
+LOADGEN_FIELDS = {field: "loadgen sets this field itself (its own option, or a streamed request it times)"
+                  for field in ("model", "prompt", "messages", "max_tokens", "temperature", "stream", "stream_options")}
+LOADGEN_FIELDS |= {"max_completion_tokens": "it would override --max-tokens on the server",
+                   "n": "loadgen reads and times one choice per request"}
 DEFAULT_NUM_REQUESTS = 100  # when nothing else bounds the run: vLLM's 1000 is hours on a CPU model
 
 
@@ -88,10 +91,10 @@ class LoadConfig:
                 self.traffic_key.format(kind="kind")
             except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:  # "{kind.x}", "{kind[0]:d}"
                 raise InvalidParameterError("traffic_key", self.traffic_key, f"only {{kind}} may be replaced ({exc})") from None
-        owned = sorted(set(self.extra_body or {}) & LOADGEN_FIELDS)
+        owned = sorted(set(self.extra_body or {}) & set(LOADGEN_FIELDS))
         if owned:
-            raise InvalidParameterError("extra_body", owned[0], "loadgen sets this field itself (its own option, or a "
-                                        "streamed request it times), so the report would not describe what was sent")
+            raise InvalidParameterError("extra_body", owned[0], f"not allowed: {LOADGEN_FIELDS[owned[0]]}, so the report "
+                                        "would not describe what was sent")
         if self.schedule is not None and prompts:
             check_kinds(self.schedule, prompts)
 
