@@ -3,8 +3,11 @@ before the first one, and requests decode as without it."""
 
 from pathlib import Path
 
+import pytest
+
 from adaptive_spec.server import Settings
 from adaptive_spec.server.cli import _step_costs
+from policies.batch_cap import BatchDraftCap
 from server_kit import client, live_server, tiny_decoder, wait_until
 from tiny import one_thread
 
@@ -21,7 +24,13 @@ def test_the_profiles_timed_steps_warm_the_batch_cap_of_the_served_engine():
             assert wait_until(lambda: app.state.service.worker is not None)
             cap = app.state.service.worker.engine.draft_cap
             timed = {(rows, width, context): seconds for rows, width, seconds, context in costs}
-            # before any request: a step of 4 rows, 5 wide, priced near what calibrate timed at its context
+            # before any request: priced exactly as a cap warmed from the same steps prices (the fit's
+            # line, not each timed step), and near what calibrate timed a step of 4 rows, 5 wide
+            warmed = BatchDraftCap(plain_slowdown=cap.plain_slowdown, objective=cap.objective)
+            warmed.warm(costs)
+            for rows, width in ((2, 1), (4, 5), (4, 9)):
+                for context in (64, 256):
+                    assert cap.cost(rows, width, context) == pytest.approx(warmed.cost(rows, width, context), rel=1e-9)
             for context in (64, 256):
                 assert abs(cap.cost(4, 5, context) - timed[(4, 5, context)]) / timed[(4, 5, context)] < 0.5
             reply = http.post("/v1/completions", json={"model": "tiny", "prompt": "<1> <2> <3> <1> <2>", "max_tokens": 8})
