@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.results_kit import load, machine_line, provenance, table
-from benchmarks.serve_batching import arrivals_seen, compare_best_fixed, pooled_by_rows
+from benchmarks.rounds import compare_best_fixed
+from benchmarks.serve_batching import arrivals_seen, pooled_by_rows
 from policies.batch_cap import BatchDraftCap
 
 
@@ -149,7 +150,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                      + "their latencies part.")
     if priced:
         what += (" *Priced tok/s*: the run's output tokens over what its decode forwards cost at the profile's prices "
-                 "(`serve_batching.priced_seconds`: each forward as the engine laid it out, every row at its own "
+                 "(`simulator.speed.priced_seconds`: each forward as the engine laid it out, every row at its own "
                  "width over the slot axis the engine kept): the seconds they would have taken at the calibration's "
                  "speed throughout. It holds the controllers' choices without the machine's swings in speed, which "
                  "move a run's wall-clock figures by more than most differences between configs; prefill, drafting "

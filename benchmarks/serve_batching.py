@@ -50,12 +50,13 @@ from adaptive_spec.telemetry.store import read_steps
 from benchmarks.cap_pace import packed, timed_forwards, unpacked
 from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, probe, run_timeline, scrape_plain_steps,
                                     start_server)
+from benchmarks.rounds import compare_rounds
 from benchmarks.sim_validation import simulate_trace
 from policies.batch_cap import OBJECTIVES, BatchDraftCap
 from simulator.cost_model import fit_cost_model, forward_verify_s
 from simulator.metrics import DraftingByBatch
 from simulator.profile import load_profile
-from simulator.speed import batched_overhead, forwards, with_slots
+from simulator.speed import batched_overhead, forwards, priced_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMELINE_WINDOW_S = 5.0  # a run lasts tens of seconds; a window still holds tens of forwards
@@ -102,27 +103,6 @@ def cap_history(timed: Sequence[dict], run: dict) -> list[list[float]]:
     return [[f["rows"], f["width"], f["seconds"], f["slots"]] for f in timed[:first] if f["seconds"] > 0]
 
 
-def priced_seconds(steps: Sequence[dict], cost) -> float:
-    """What a run's decode forwards cost at ``cost``'s prices: each forward (``forwards``) priced as
-    the engine laid it out (``forward_verify_s``: every row at its own width, over the slot axis the
-    engine kept, ``with_slots``), summed. The seconds they would have taken had the machine run at
-    its calibration's speed throughout: the controllers' choices, without the machine's swings.
-    Prefill and the time between forwards are not in it (a forward that carried a newcomer's
-    prompt is priced at its rows' own tokens), nor is drafting, which the n-gram lookup does
-    nearly for free.
-
-    >>> class Cost:  # a second per token scored
-    ...     def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None):
-    ...         return float(batch_tokens if batch_tokens is not None else tokens)
-    >>> row = lambda t, r, proposed: {"time": t, "request_id": r, "proposed": proposed, "context_len": 10,
-    ...                                "draft_s": 0.0, "verify_s": 0.1}
-    >>> priced_seconds([row(0.0, 1, 4), row(0.0, 2, 0), row(0.2, 1, 0)], Cost())  # 5 + 1 tokens, then 1
-    7.0
-    """
-    return sum(forward_verify_s(cost, [row["proposed"] + 1 for row in rows], [row["context_len"] for row in rows], slots)
-               for rows, slots in with_slots(forwards(steps)))
-
-
 def summarize(report: dict, config: str, concurrency: int, round_: int = 0) -> dict:
     s = report["summary"]
     served = [r["server_metrics"] for r in report["requests"] if r["ok"] and r.get("server_metrics")]
@@ -134,60 +114,6 @@ def summarize(report: dict, config: str, concurrency: int, round_: int = 0) -> d
             "ttft_s": {q: s["ttft_ms"][q] / 1e3 for q in ("p50", "p95")},
             "speculative_step_share": drafted / steps if steps else 0.0, "steps": steps,
             "trace": [{k: r[k] for k in (*TRACE_FIELDS, "sent_s")} for r in report["requests"]]}  # what the simulator replays
-
-
-def agreement(ratios: list[float]) -> str:
-    """What a few rounds' ratios (> 1: ``adaptive`` better) say: a verdict only where every round agrees.
-
-    >>> agreement([1.1, 1.2, 1.05]), agreement([1.1, 0.9, 1.2]), agreement([1.1])
-    ('ahead in every round', 'no consistent difference', 'one round: no spread')
-    """
-    if len(ratios) < 2:
-        return "one round: no spread"
-    if min(ratios) > 1:
-        return "ahead in every round"
-    if max(ratios) < 1:
-        return "behind in every round"
-    return "no consistent difference"
-
-
-def compare_rounds(runs: list[dict], config: str, concurrency: int, reference: str = "adaptive") -> dict | None:
-    """``reference`` against ``config`` at ``concurrency``, round by round: output tokens/s
-    (``reference`` over ``config``) and p95 end-to-end latency (``config`` over ``reference``), so
-    that > 1 is ``reference`` better in both; each as the rounds' ratios, their median and range.
-    Where every run compared was priced (``priced_tokens_per_s``), also output tokens per second of
-    decode forwards at the profile's prices (``priced_throughput``): the same comparison without the
-    machine's swings in speed, which move a run's wall-clock figures by more than most differences."""
-    def by_round(name: str) -> dict[int, dict]:
-        return {r.get("round", 0): r for r in runs if r["config"] == name and r["concurrency"] == concurrency}
-
-    mine, theirs = by_round(reference), by_round(config)
-    rounds = sorted(set(mine) & set(theirs))
-    if not rounds:
-        return None
-    out = {"concurrency": concurrency, "config": config, "reference": reference, "rounds": len(rounds)}
-    ratios_of = [("throughput", lambda a, b: a["output_tokens_per_s"] / b["output_tokens_per_s"]),
-                 ("e2el_p95", lambda a, b: b["e2el_s"]["p95"] / a["e2el_s"]["p95"])]
-    if all(run.get("priced_tokens_per_s") for r in rounds for run in (mine[r], theirs[r])):
-        ratios_of.append(("priced_throughput", lambda a, b: a["priced_tokens_per_s"] / b["priced_tokens_per_s"]))
-    for name, ratio in ratios_of:
-        ratios = [ratio(mine[r], theirs[r]) for r in rounds]
-        out[name] = {"ratios": ratios, "median": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
-                     "verdict": agreement(ratios)}
-    return out
-
-
-def compare_best_fixed(runs: list[dict], concurrency: int, reference: str = "adaptive") -> dict | None:
-    """``reference`` against the best fixed config of each round at ``concurrency`` (the one with the
-    most output tokens/s that round), as ``compare_rounds`` does against one config."""
-    best = {}
-    for run in runs:
-        if run["concurrency"] == concurrency and run["config"] != reference:
-            mine = best.get(run.get("round", 0))
-            if mine is None or run["output_tokens_per_s"] > mine["output_tokens_per_s"]:
-                best[run.get("round", 0)] = run
-    relabelled = [r for r in runs if r["config"] == reference] + [{**r, "config": "best fixed"} for r in best.values()]
-    return compare_rounds(relabelled, "best fixed", concurrency, reference)
 
 
 def arrivals_seen(run: dict, share: float = 0.25) -> float | None:

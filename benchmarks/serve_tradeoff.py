@@ -41,7 +41,8 @@ from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.outputs import check_writable, write_json_atomic
 from adaptive_spec.prompts import load_prompts, select_split
 from adaptive_spec.server.cli import parse_plain_slowdown
-from benchmarks.serve_batching import compare_rounds, loadgen, summarize
+from benchmarks.rounds import compare_rounds
+from benchmarks.serve_batching import loadgen, summarize
 from benchmarks.serve_shift import free_port, start_server
 from policies.batch_cap import OBJECTIVES, BatchDraftCap
 

@@ -116,6 +116,33 @@ def with_slots(groups: Sequence[list[dict]]) -> Iterator[tuple[list[dict], int]]
         before = now
 
 
+def forward_prices(steps: Sequence[dict], cost) -> Iterator[tuple[list[dict], float]]:
+    """Each recorded forward (``forwards``: a batched step's rows together) with what ``cost``
+    prices it at as the engine laid it out (``forward_verify_s``: every row at its own width, over
+    the slot axis the engine kept, ``with_slots``)."""
+    for rows, slots in with_slots(forwards(steps)):
+        yield rows, forward_verify_s(cost, [row["proposed"] + 1 for row in rows], [row["context_len"] for row in rows],
+                                     slots)
+
+
+def priced_seconds(steps: Sequence[dict], cost) -> float:
+    """What a run's decode forwards cost at ``cost``'s prices, summed (``forward_prices``): the
+    seconds they would have taken had the machine run at its calibration's speed throughout, the
+    controllers' choices without the machine's swings. Prefill and the time between forwards are
+    not in it (a forward that carried a newcomer's prompt is priced at its rows' own tokens), nor is
+    drafting, which the n-gram lookup does nearly for free.
+
+    >>> class Cost:  # a second per token scored
+    ...     def verify_s(self, tokens, context_len, batch=1, batch_tokens=None, batch_context=None):
+    ...         return float(batch_tokens if batch_tokens is not None else tokens)
+    >>> row = lambda t, r, proposed: {"time": t, "request_id": r, "proposed": proposed, "context_len": 10,
+    ...                                "draft_s": 0.0, "verify_s": 0.1}
+    >>> priced_seconds([row(0.0, 1, 4), row(0.0, 2, 0), row(0.2, 1, 0)], Cost())  # 5 + 1 tokens, then 1
+    7.0
+    """
+    return sum(price for _, price in forward_prices(steps, cost))
+
+
 def timeline_from_steps(steps: Sequence[dict], cost, origin: float, window_s: float = 30.0,
                         min_steps: int = 10) -> list[tuple[float, float]]:
     """The speed a served run actually ran at, from its engine's step records (the telemetry store's
@@ -129,15 +156,13 @@ def timeline_from_steps(steps: Sequence[dict], cost, origin: float, window_s: fl
     measured: dict[int, float] = {}
     priced: dict[int, float] = {}
     counts: dict[int, int] = {}
-    for rows, slots in with_slots(forwards(steps)):
+    for rows, price in forward_prices(steps, cost):
         offset = rows[0]["time"] - origin
         if offset < 0:
             continue
         window = int(offset // window_s)
         measured[window] = measured.get(window, 0.0) + rows[0]["verify_s"]
-        widths = [row["proposed"] + 1 for row in rows]
-        priced[window] = priced.get(window, 0.0) + forward_verify_s(cost, widths, [row["context_len"] for row in rows],
-                                                                    slots)
+        priced[window] = priced.get(window, 0.0) + price
         counts[window] = counts.get(window, 0) + 1
     points = []
     for window in sorted(counts):

@@ -157,7 +157,7 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
     data["runs"] += second
     data["rounds"] = 2
     data["cap_warmed"] = True
-    from benchmarks.serve_batching import compare_rounds
+    from benchmarks.rounds import compare_rounds
 
     data["comparisons"] = [compare_rounds(data["runs"], c, level) for level in data["concurrency"]
                            for c in data["configs"] if c != "adaptive"]
@@ -193,7 +193,7 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
 
 
 def test_served_batching_runs_priced_at_the_profile_render_beside_the_wall_clock(results_copy):
-    from benchmarks.serve_batching import compare_rounds
+    from benchmarks.rounds import compare_rounds
 
     heading = "## Batched serving by concurrency, held-out prompts, again, at the profile's prices"
     (results_copy / "serve_batching_test_priced.json").unlink()

@@ -125,7 +125,7 @@ def test_with_plain_probes_the_timeline_replay_prefills_at_their_speed(tmp_path)
 
 
 def test_adaptive_is_compared_round_by_round_with_a_verdict_only_where_every_round_agrees():
-    from benchmarks.serve_batching import agreement, compare_rounds
+    from benchmarks.rounds import agreement, compare_rounds
 
     def run(config, round_, tok_s, p95):
         return {"config": config, "concurrency": 4, "round": round_, "output_tokens_per_s": tok_s,
@@ -143,7 +143,7 @@ def test_adaptive_is_compared_round_by_round_with_a_verdict_only_where_every_rou
 
 
 def test_where_every_run_was_priced_adaptive_is_also_compared_at_the_profiles_prices():
-    from benchmarks.serve_batching import compare_rounds
+    from benchmarks.rounds import compare_rounds
 
     def run(config, round_, tok_s, priced=None):
         return {"config": config, "concurrency": 4, "round": round_, "output_tokens_per_s": tok_s,
@@ -162,7 +162,7 @@ def test_where_every_run_was_priced_adaptive_is_also_compared_at_the_profiles_pr
 
 
 def test_a_runs_forwards_are_priced_as_the_engine_laid_them_out_whatever_the_machines_speed(tmp_path):
-    from benchmarks.serve_batching import priced_seconds
+    from simulator.speed import priced_seconds
     from simulator.cost_model import fit_cost_model
     from simulator.profile import load_profile
 
@@ -185,7 +185,7 @@ def test_a_runs_forwards_are_priced_as_the_engine_laid_them_out_whatever_the_mac
 
 
 def test_adaptive_is_compared_with_each_rounds_best_fixed_config_by_throughput():
-    from benchmarks.serve_batching import compare_best_fixed
+    from benchmarks.rounds import compare_best_fixed
 
     def run(config, round_, tok_s, p95):
         return {"config": config, "concurrency": 4, "round": round_, "output_tokens_per_s": tok_s,

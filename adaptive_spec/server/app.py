@@ -186,10 +186,11 @@ async def _generate(request: Request, service: Service, chat: bool):
     key = request.headers.get("x-traffic-key") or parsed.user or request.url.path
     overrides = protocol.speculation_overrides(parsed)
     try:  # here, not on the engine's thread: a streamed answer would already have said 200
-        service.decoder.check_overrides(**overrides)
         if overrides.get("force_drafter") is not None and overrides.get("force_k") is None:
             # k from the key's controller: refused where it has none for that drafter (a static one)
             service.decoder.policy_for(key, None, **overrides)
+        else:
+            service.decoder.check_overrides(**overrides)
     except InvalidParameterError as exc:
         raise APIError.from_invalid(exc) from None
     job = Job(prompt_ids, config, key, overrides, asyncio.get_running_loop(), streamed=parsed.stream)
