@@ -118,3 +118,44 @@ def test_the_default_bound_is_the_one_whose_worst_ratio_is_largest():
     assert serve_tradeoff.choose_bound([c4, c8], 0.05, margin=0.06)["chosen"] == 0.05
     with pytest.raises(ValueError, match="static:ngram:8"):
         serve_tradeoff.choose_bound([{"bounds": [0.05], "comparisons": []}], 0.05)
+
+
+def test_each_rule_chooses_from_its_own_dev_runs_and_the_bound_again_weighs_plain_decoding(tmp_path):
+    """The third rule's files (``serve_bound_dev_*``) are its own: the bound is chosen from them
+    against drafting always and plain decoding, not mixed into the first rule's section."""
+    from benchmarks import tradeoff_sections
+
+    def compared(bound, against, tok_s, p95):
+        ratio = lambda m: {"median": m, "low": m - 0.02, "high": m + 0.02,
+                           "verdict": "ahead in every round" if m - 0.02 > 1 else "no consistent difference"}
+        return {"reference": serve_tradeoff.label(bound), "config": against,
+                "throughput": ratio(tok_s), "e2el_p95": ratio(p95)}
+
+    def run(concurrency, ratios):
+        return {"concurrency": concurrency, "split": "dev", "bounds": [0.05, 0.15],
+                "comparisons": [compared(b, against, t, p) for (b, against), (t, p) in ratios.items()]}
+
+    # 0.15 is level with drafting always at 4 requests and trails plain decoding's p95 at 8 by less
+    # than 0.05 trails drafting always's throughput at 4: its worst is the larger
+    c4 = run(4, {(0.05, "static:ngram:8"): (0.94, 1.02), (0.05, "plain"): (1.20, 1.03),
+                 (0.15, "static:ngram:8"): (1.01, 1.00), (0.15, "plain"): (1.25, 1.01)})
+    c8 = run(8, {(0.05, "static:ngram:8"): (1.05, 1.30), (0.05, "plain"): (1.10, 1.08),
+                 (0.15, "static:ngram:8"): (1.08, 1.25), (0.15, "plain"): (1.12, 0.98)})
+    def chosen(text):  # the rule's choice, whichever the server's default is
+        for variant in ("adaptive@0.05", "adaptive@0.15"):
+            if f"`{variant}`, is that choice" in text or f"default would be `{variant}`" in text:
+                return variant
+
+    for name, data in (("serve_bound_dev_c4.json", c4), ("serve_bound_dev_c8.json", c8)):
+        (tmp_path / name).write_text(json.dumps(data))
+    sections = tradeoff_sections._choices(tmp_path, ["serve_bound_dev_c4.json", "serve_bound_dev_c8.json"])
+    assert len(sections) == 1 and sections[0].startswith("### Choosing the bound again")
+    assert "the largest worst case is `adaptive@0.15`'s, 0.98×" in sections[0]
+    assert "|  | `static:ngram:8` | 0.94× [0.92, 0.96] | 1.02× [1.00, 1.04] |" in sections[0]
+    assert chosen(sections[0]) == "adaptive@0.15"
+    # near a tie the default when the rule was fixed stays
+    c4["comparisons"][0]["throughput"]["median"] = 0.97
+    (tmp_path / "serve_bound_dev_c4.json").write_text(json.dumps(c4))
+    again = tradeoff_sections._choices(tmp_path, ["serve_bound_dev_c4.json", "serve_bound_dev_c8.json"])[0]
+    assert "the largest worst case is `adaptive@0.15`'s, 0.98×" in again
+    assert chosen(again) == "adaptive@0.05"
