@@ -54,3 +54,27 @@ def test_controllers_page_shows_each_key_state_and_last_collapse(recorded, monke
     event = json.loads(detail)
     assert any(c.value == f"collapse of d: acceptance {event['acceptance_before']:.2f} -> "
                           f"{event['acceptance_after']:.2f}" for c in at.caption)
+
+
+@pytest.mark.parametrize("detail", ["not json", "[1, 2]", '{"drafter": "d", "acceptance_before": "high"}'])
+def test_controllers_page_survives_a_malformed_collapse_detail(tmp_path, monkeypatch, detail):
+    # one decisions row whose detail is not the event's JSON object used to stop the page
+    # (JSONDecodeError, AttributeError on a list, TypeError formatting a string)
+    import time
+
+    from adaptive_spec.telemetry import store
+
+    now = time.time() - 10
+    path = tmp_path / "t.sqlite"
+    conn = store.connect(path)
+    store.write_batch(conn, [
+        ("intervals", ("r", "tiny", "copy", "d", now - 1, now, 10, 10, 40, 20, 30, 40, 0.5, 0.5, "[10]", "[5]")),
+        ("decisions", ("r", now, "tiny", "copy", "collapse", "d", "0.1", None, detail)),
+    ])
+    conn.close()
+    at = page(path, "controllers", monkeypatch)
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["active drafter"] == "d" and shown["last collapse"] == stamp(now)
+    captions = [c.value for c in at.caption if c.value.startswith("collapse of")]
+    assert captions == ([] if detail != '{"drafter": "d", "acceptance_before": "high"}'
+                        else ["collapse of d: acceptance - -> -"])

@@ -39,18 +39,20 @@ def test_collapse_needs_both_the_floor_and_the_fall_held_for_for_s():
 
 def test_always_weak_drafter_is_not_a_collapse():
     rows = [interval(t, accepted=4) for t in range(0, 200)]  # 0.1 throughout: below the floor, no fall
-    assert not any(v.active for v in verdicts(rows, 199.0, "acceptance_collapse"))
+    # exactly one verdict, and a "no": an empty list or a "keep" (None) would pass `not any(...)` too
+    assert [v.active for v in verdicts(rows, 199.0, "acceptance_collapse")] == [False]
 
 
 def test_healthy_fall_above_the_floor_is_not_a_collapse():
     rows = [interval(t, accepted=38) for t in range(0, 100)] + [interval(t, accepted=16) for t in range(100, 150)]
-    assert not verdicts(rows, 149.0, "acceptance_collapse")[0].active  # 0.95 -> 0.4: halved, above 0.3
+    assert verdicts(rows, 149.0, "acceptance_collapse")[0].active is False  # 0.95 -> 0.4: halved, above 0.3
 
 
 def test_stationary_noisy_stream_never_fires():
     rng = random.Random(0)
     rows = [interval(t, accepted=sum(rng.random() < 0.6 for _ in range(40))) for t in range(0, 600)]
-    assert not any(v.active for now in range(80, 600, 5) for v in verdicts(rows, float(now), "acceptance_collapse"))
+    assert all([v.active for v in verdicts(rows, float(now), "acceptance_collapse")] == [False]
+               for now in range(80, 600, 5))
 
 
 def test_firing_collapse_holds_while_the_window_has_too_few_drafts_and_resolves_above_the_floor():
@@ -109,7 +111,10 @@ def test_evaluator_records_firing_then_resolved_and_tells_the_notifier(tmp_path)
 
 
 @pytest.mark.parametrize("kwargs, name", [(dict(floor=0.0), "floor"), (dict(fraction=1.5), "fraction"),
-                                          (dict(window_s=-1), "window_s"), (dict(for_s=-1), "for_s")])
+                                          (dict(window_s=-1), "window_s"), (dict(for_s=-1), "for_s"),
+                                          # inf used to pass, then every evaluation raised "cannot convert float NaN"
+                                          (dict(for_s=float("inf")), "for_s"), (dict(window_s=float("inf")), "window_s"),
+                                          (dict(min_draft_tokens=float("nan")), "min_draft_tokens")])
 def test_bad_rule_parameters_name_parameter_and_value(kwargs, name):
     with pytest.raises(ValueError, match=f"{name}="):
         CollapseRule(**kwargs)

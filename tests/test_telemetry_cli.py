@@ -45,6 +45,17 @@ def test_spec_forms(tmp_path, monkeypatch):
         build_observers(f"sqlite:{tmp_path}/t.db?interval_s=-1")
 
 
+@pytest.mark.parametrize("option", ["max_rows=inf", "queue_size=inf", "interval_s=inf", "max_age_days=inf",
+                                    "alerts_every_s=inf", "max_rows=1.5", "queue_size=2.5"])
+def test_sqlite_options_out_of_range_are_one_error_naming_the_option(tmp_path, option):
+    # inf used to reach int() (OverflowError) or the aggregator (a bare ValueError); 1.5 rows became 1
+    spec = f"sqlite:{tmp_path}/t.db?{option}"
+    with pytest.raises(InvalidParameterError) as err:
+        build_observers(spec)
+    name, _, value = option.partition("=")
+    assert err.value.name == "telemetry" and f"{name}={value!r}" in str(err.value)
+
+
 def test_otlp_without_its_exporter_is_a_clear_error_or_an_observer():
     try:
         import opentelemetry.exporter.otlp  # noqa: F401

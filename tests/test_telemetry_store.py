@@ -141,3 +141,11 @@ def test_locked_database_drops_the_batch_counts_it_and_recovers(tmp_path, caplog
     assert w.stats.written == 2
     w.close()
     assert len(store.read_decisions(path)) == 2
+
+
+@pytest.mark.parametrize("name", ["flush_every_s", "periodic_every_s", "queue_size"])
+def test_writer_config_rejects_infinite_values_by_name(name):
+    # flush_every_s=inf used to be accepted, then the writer thread died at its first queue wait
+    # (OverflowError) and every row after was lost uncounted
+    with pytest.raises(ValueError, match=f"{name}=inf"):
+        WriterConfig(**{name: float("inf")})

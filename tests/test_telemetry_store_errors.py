@@ -222,3 +222,18 @@ def test_a_disk_full_write_is_logged_with_its_real_cause(tmp_path, caplog):
     (line,) = [m for m in caplog.messages if "write failed" in m]
     assert "database or disk is full" in line and "SQLITE_FULL" in line
     assert "cannot rollback" not in line
+
+
+def test_a_row_sqlite_cannot_bind_drops_its_batch_and_the_writer_goes_on(tmp_path, caplog):
+    # a traffic key from a request's JSON ("user": "\ud800") holds a lone surrogate, which SQLite
+    # cannot encode: the UnicodeEncodeError used to end the writer thread, and every later row was lost
+    writer = BackgroundWriter(tmp_path / "t.sqlite")
+    table, row = decision(time.time())
+    with caplog.at_level(logging.WARNING, logger="adaptive_spec"):
+        writer.put(table, (*row[:3], "\ud800", *row[4:]))
+        assert writer.flush()
+    writer.put(*decision(time.time()))
+    assert writer.flush()
+    writer.close()
+    assert writer.stats.write_errors == 1 and writer.stats.dropped_errors == 1 and writer.stats.written == 1
+    assert any("write failed" in m and "UnicodeEncodeError" in m for m in caplog.messages)

@@ -82,7 +82,11 @@ def test_a_dead_receiver_is_counted_and_logged_once_per_payload(tmp_path, caplog
     assert len([m for m in caplog.messages if "alert webhook" in m]) == 2
 
 
-@pytest.mark.parametrize("url", ["ftp://x/y", "localhost:9000", ""])
+@pytest.mark.parametrize("url", ["ftp://x/y", "localhost:9000", "",
+                                 # a bad port or no host used to pass, then fail every attempt at every alert
+                                 "http://127.0.0.1:abc/hook", "http://127.0.0.1:99999/hook", "http://:9000/hook",
+                                 "http://[::1/hook"])
 def test_bad_webhook_url_is_rejected_by_name(url):
-    with pytest.raises(ValueError, match="url="):
+    with pytest.raises(ValueError, match="url=") as err:
         WebhookConfig(url)
+    assert repr(url) in str(err.value)

@@ -37,6 +37,7 @@ transition is never stored as done while its notification is lost (``outbox.py``
 from __future__ import annotations
 
 import bisect
+import math
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,11 +47,12 @@ from policies.outcome import PLAIN
 
 
 def _check(name: str, value, low: float = 0.0, high: float | None = None, low_open: bool = True) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    # finite: an infinite for_s or window used to pass, then fail every evaluation (int(inf // step))
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > low if low_open else value >= low) and (high is None or value <= high)
     if not ok:
         bound = f"{'>' if low_open else '>='} {low}" + (f" and <= {high}" if high is not None else "")
-        raise ValueError(f"{name} must be a number {bound}, got {name}={value!r}")
+        raise ValueError(f"{name} must be a finite number {bound}, got {name}={value!r}")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ A bad spec raises ``InvalidParameterError("telemetry", spec, reason)``, before a
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,9 +124,20 @@ def _float_option(spec: str, options: dict, name: str, default: float, minimum: 
         value = float(options[name])
     except ValueError:
         value = float("nan")
-    if not value >= minimum:
-        raise InvalidParameterError("telemetry", spec, f"option {name}={options[name]!r} must be a number >= {minimum:g}")
+    # finite: "inf" used to pass here and then fail deep inside (OverflowError from int(), a bare
+    # ValueError from the aggregator) instead of as this one error
+    if not (math.isfinite(value) and value >= minimum):
+        raise InvalidParameterError("telemetry", spec,
+                                    f"option {name}={options[name]!r} must be a finite number >= {minimum:g}")
     return value
+
+
+def _int_option(spec: str, options: dict, name: str, default: int, minimum: int = 1) -> int:
+    value = _float_option(spec, options, name, default, minimum)
+    if value != int(value):  # max_rows=1.5 used to become 1: a store keeping one row per table
+        raise InvalidParameterError("telemetry", spec,
+                                    f"option {name}={options[name]!r} must be an integer >= {minimum}")
+    return int(value)
 
 
 def build_recorder(part: SqliteSpec, spec: str = ""):
@@ -142,9 +154,9 @@ def build_recorder(part: SqliteSpec, spec: str = ""):
         raise InvalidParameterError("telemetry", spec, f"option steps={steps!r} must be 0 or 1")
     interval_s = _float_option(spec, o, "interval_s", 1.0, 1e-3)
     max_age_days = _float_option(spec, o, "max_age_days", 7.0, 1e-6)
-    max_rows = int(_float_option(spec, o, "max_rows", 1_000_000, 1))
+    max_rows = _int_option(spec, o, "max_rows", 1_000_000)
     alerts_every_s = _float_option(spec, o, "alerts_every_s", 15.0)
-    queue_size = int(_float_option(spec, o, "queue_size", 10_000, 1))
+    queue_size = _int_option(spec, o, "queue_size", 10_000)
     webhook_url = o.get("webhook") or os.environ.get("ADAPTIVE_SPEC_ALERT_WEBHOOK")
     try:
         config = WebhookConfig(webhook_url) if webhook_url else None

@@ -76,9 +76,16 @@ class WebhookConfig:
     exit_flush_s: float = 5.0
 
     def __post_init__(self) -> None:
-        parsed = urlparse(self.url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ValueError(f"webhook url must be an http(s) URL, got url={self.url!r}")
+        # the host and port are checked here, once: a port that is not a number used to be accepted,
+        # and then every notification failed on every attempt and was given up
+        try:
+            parsed = urlparse(self.url)
+            port_ok = parsed.port is None or 1 <= parsed.port <= 65535  # .port raises on "abc" or 99999
+        except ValueError:
+            parsed, port_ok = None, False
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.hostname or not port_ok:
+            raise ValueError(f"webhook url must be an http(s) URL with a host and a port in [1, 65535] if any, "
+                             f"got url={self.url!r}")
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got timeout_s={self.timeout_s!r}")
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:

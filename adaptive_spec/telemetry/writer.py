@@ -14,8 +14,9 @@ Nothing here may break generation. Each failure is reported once on the log and 
 - queue full (the disk is slower than the traffic): the row is dropped, ``dropped_full``;
 - the store cannot be opened (unwritable path): ``open_errors``; rows are dropped, and opening is
   retried every ``reopen_every_s`` in case the path becomes writable;
-- a write fails (database locked past its 0.5 s busy timeout, disk full): the batch is dropped,
-  ``write_errors`` and ``dropped_errors``; the log names SQLite's own error (``SQLITE_FULL``);
+- a write fails (database locked past its 0.5 s busy timeout, disk full, a value SQLite cannot
+  bind): the batch is dropped, ``write_errors`` and ``dropped_errors``; the log names SQLite's own
+  error (``SQLITE_FULL``);
 - a periodic job raises: ``job_errors``.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import queue
 import sqlite3
 import threading
@@ -57,8 +59,9 @@ class WriterConfig:
             value = getattr(self, f.name)
             if f.name == "retention":
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{f.name} must be a number > 0, got {f.name}={value!r}")
+            # finite: flush_every_s=inf used to pass, then end the writer thread at its first queue wait
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+                raise ValueError(f"{f.name} must be a finite number > 0, got {f.name}={value!r}")
 
 
 @dataclass
@@ -162,7 +165,9 @@ class BackgroundWriter:
             try:
                 self.stats.written += store.write_batch(conn, batch)
                 self.stats.batches += 1
-            except sqlite3.Error as exc:
+            except Exception as exc:  # noqa: BLE001 - SQLite's errors, and a row SQLite cannot bind
+                # (a traffic key with a lone surrogate from a request's JSON: UnicodeEncodeError; an int
+                # past 64 bits: OverflowError) used to end this thread, and all telemetry, for good
                 self.stats.write_errors += 1
                 self.stats.dropped_errors += len(batch)
                 self._report("write", "telemetry store %s write failed (%s); the batch is dropped, "

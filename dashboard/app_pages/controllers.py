@@ -22,6 +22,20 @@ def last_decision(decisions: pd.DataFrame, key: str, kind: str):
     return None if rows.empty else rows.iloc[-1]
 
 
+def collapse_detail(detail) -> dict:
+    """A collapse decision's ``detail`` (the event's fields as a JSON object); {} when it is not one,
+    so that one malformed row (another writer, a truncated value) does not stop the page."""
+    try:
+        event = json.loads(detail) if isinstance(detail, (str, bytes)) else None
+    except ValueError:
+        return {}
+    if not isinstance(event, dict):
+        return {}
+    # the acceptances are shown as numbers: anything else is shown as "-"
+    return {k: (None if k.startswith("acceptance_") and (isinstance(v, bool) or not isinstance(v, (int, float))) else v)
+            for k, v in event.items()}
+
+
 def costs(buckets: pd.DataFrame) -> pd.DataFrame:
     """Measured per drafter: mean k, seconds per draft and per verify, tokens per step."""
     g = buckets.groupby("drafter", as_index=False).sum(numeric_only=True)
@@ -46,8 +60,8 @@ def one_key(key: str, buckets: pd.DataFrame, positions: pd.DataFrame, decisions:
     c[1].metric("speculation", spec["value"] if spec is not None else "-",
                 help="on when >= 50% of the last 32 steps were speculative")
     c[2].metric("last collapse", ui.stamp(collapse["time"]) if collapse is not None else "none")
-    if collapse is not None and collapse["detail"]:
-        event = json.loads(collapse["detail"])
+    event = collapse_detail(collapse["detail"]) if collapse is not None else {}
+    if event:
         st.caption(f"collapse of {event.get('drafter')}: acceptance {ui.fmt(event.get('acceptance_before'), '.2f')} "
                    f"-> {ui.fmt(event.get('acceptance_after'), '.2f')}")
     left, right = st.columns(2)
