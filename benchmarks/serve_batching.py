@@ -52,7 +52,7 @@ from benchmarks.serve_shift import (CONFIGS, TRACE_FIELDS, at_speed, free_port, 
                                     start_server)
 from benchmarks.rounds import compare_rounds
 from benchmarks.sim_validation import simulate_trace
-from policies.batch_cap import OBJECTIVES, BatchDraftCap
+from policies.batch_cap import CUTS, OBJECTIVES, BatchDraftCap
 from simulator.cost_model import fit_cost_model, forward_verify_s
 from simulator.metrics import DraftingByBatch
 from simulator.profile import load_profile
@@ -167,7 +167,7 @@ def break_even_by_rows(runs: list[dict], profile: str, max_batch: int, k: int = 
 
 def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tokens: int | None = None,
             plain_slowdown: float | None = BatchDraftCap.plain_slowdown, objective: str = BatchDraftCap.objective,
-            cap_steps: Sequence[Sequence[float]] = ()) -> dict:
+            cap_steps: Sequence[Sequence[float]] = (), cut: str = BatchDraftCap.cut) -> dict:
     """The batching replica's p50/p95 end-to-end latency for the run's completed requests (each
     request's prompt its class, sent in the run's order by a client that keeps at most the run's
     concurrency in flight, as loadgen did: each goes once the simulated server has finished one,
@@ -182,7 +182,7 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     forwards the server's cap had learned from when the run began) after its warm start, as the
     server's had. ``max_tokens``: the budget the requests were sent with (an answer that ends
     sooner leaves the engine drafting past its end); ``plain_slowdown``: the server's bound (None: off);
-    ``objective``: its ``--batch-objective``."""
+    ``objective``: its ``--batch-objective``; ``cut``: its ``--batch-cut``."""
     budget = {"max_tokens": max_tokens} if max_tokens else {}
     # loadgen ran at rate inf: every request is due at 0, and goes once the client has a free slot
     sent = sorted((r for r in run["trace"] if r["ok"]), key=lambda r: r["sent_s"])
@@ -190,7 +190,8 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     if not rows:
         raise ValueError("no request of the run completed: nothing to replay")
     replica = {"mode": "batching", "max_batch": max_batch, "prefill_chunk": prefill_chunk,
-               "plain_slowdown": "off" if plain_slowdown is None else plain_slowdown, "batch_objective": objective}
+               "plain_slowdown": "off" if plain_slowdown is None else plain_slowdown, "batch_objective": objective,
+               "batch_cut": cut}
     profiles, out = {"": profile}, {}
     if run.get("plain_step"):
         context = sum(r["prompt_tokens"] + r["output_tokens"] / 2 for r in rows) / len(rows)
@@ -230,6 +231,7 @@ def server_options(args: argparse.Namespace) -> list[str]:
     """``adaptive-spec serve``'s options for the benchmark's one server."""
     return ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk), "--drafters", "ngram",
             "--plain-slowdown", args.plain_slowdown, "--batch-objective", args.batch_objective,
+            "--batch-cut", args.batch_cut,
             # the batch's cap starts from the calibrated costs, as the simulator's replica does
             *(["--profile", str(args.profile)] if args.profile is not None else [])]
 
@@ -302,7 +304,9 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                                                         "prediction_error", "simulated_drafting", "cap_steps"))]:
                 del run[key]  # the previous predictions: none may outlive this one
             try:  # as in a live run: one the simulator cannot replay keeps its measurements, and says why
-                run.update(predict(run, str(args.profile), *settings, cap_history(timed, run)))
+                # a result recorded before the cut was row by row cut to one length
+                run.update(predict(run, str(args.profile), *settings, cap_history(timed, run),
+                                   result.get("batch_cut", "common")))
             except (ValueError, ZeroDivisionError) as exc:
                 run["prediction_error"] = str(exc)
     except (KeyError, TypeError, AttributeError) as exc:
@@ -387,6 +391,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-objective", default=BatchDraftCap.objective, choices=OBJECTIVES,
                         help="the server's --batch-objective (what the batch's drafts maximise); the simulator's "
                              "replica runs the same")
+    parser.add_argument("--batch-cut", default=BatchDraftCap.cut, choices=CUTS,
+                        help="the server's --batch-cut (the requests' drafts cut row by row, or to one length); the "
+                             "simulator's replica runs the same")
     parser.add_argument("--forwards-out", type=Path, default=None,
                         help="with --profile: write every batched forward the server ran, in order (benchmarks/cap_pace.py "
                              "replays them through the batch cap)")
@@ -444,7 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.profile is not None:
             try:  # a run the simulator cannot replay keeps its measurements, and says why
                 run.update(predict(run, str(args.profile), args.max_batch, args.prefill_chunk, args.max_tokens, slowdown,
-                                   args.batch_objective, cap_history(timed, run)))
+                                   args.batch_objective, cap_history(timed, run), args.batch_cut))
             except (ValueError, ZeroDivisionError) as exc:
                 run["prediction_error"] = str(exc)
         error = run.get("simulator_error_timeline", run.get("simulator_error_at_speed", run.get("simulator_error")))
@@ -471,7 +478,8 @@ def main(argv: list[str] | None = None) -> None:
         "configs": configs, "endpoint": "chat", "profile": str(args.profile) if args.profile else None,
         "profile_streams": bool(args.profile and load_profile(args.profile).streams),
         "prefill_chunk": args.prefill_chunk,
-        "plain_slowdown": slowdown, "batch_objective": args.batch_objective, "cap_warmed": args.profile is not None,
+        "plain_slowdown": slowdown, "batch_objective": args.batch_objective,
+        "batch_cut": args.batch_cut, "cap_warmed": args.profile is not None,
         "cap_history": "the server's own" if args.profile is not None else None,  # cap_history: see resimulate
         "cap_pace_decay": BatchDraftCap.pace_decay,  # the server's batch cap's (a result from before it has none)
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),

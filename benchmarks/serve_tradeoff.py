@@ -44,7 +44,7 @@ from adaptive_spec.server.cli import parse_plain_slowdown
 from benchmarks.rounds import compare_rounds
 from benchmarks.serve_batching import loadgen, summarize
 from benchmarks.serve_shift import free_port, start_server
-from policies.batch_cap import OBJECTIVES, BatchDraftCap
+from policies.batch_cap import CUTS, OBJECTIVES, BatchDraftCap
 
 FIXED = ("plain", "static:ngram:8")
 
@@ -153,7 +153,7 @@ def run_all(args: argparse.Namespace, chosen: list[tuple[float | None, str]], tm
             print(f"starting a server with --plain-slowdown {said} --batch-objective {objective} ...", flush=True)
             servers.append(start_server(port, ["--max-batch", str(args.max_batch), "--prefill-chunk",
                                                str(args.prefill_chunk), "--drafters", "ngram", "--plain-slowdown",
-                                               said, "--batch-objective", objective]))
+                                               said, "--batch-objective", objective, "--batch-cut", args.batch_cut]))
             urls[label(bound, objective)] = f"http://127.0.0.1:{port}"
             # warm-up, unrecorded: the first forwards of each shape pay for kernel selection
             loadgen(urls[label(bound, objective)],
@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-cut", default=BatchDraftCap.cut, choices=CUTS,
+                        help="every server's --batch-cut (the requests' drafts cut row by row, or to one length)")
     parser.add_argument("--rate", type=float, default=None, help="requests per second, Poisson arrivals (default: as "
                         "fast as --concurrency allows)")
     parser.add_argument("--out", type=Path, required=True)
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
         "bounds": [b for b, _ in chosen],
         **({"objectives": [o for _, o in chosen]} if any(o != "goodput" for _, o in chosen) else {}),
         "configs": configs, "max_batch": args.max_batch, "prefill_chunk": args.prefill_chunk,
-        "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "rounds": args.rounds,
+        "requests": args.requests, "max_tokens": args.max_tokens, "seed": args.seed, "rounds": args.rounds, "batch_cut": args.batch_cut,
         "rate": args.rate,  # None: a closed loop of --concurrency
         "endpoint": "chat", "cap_pace_decay": BatchDraftCap.pace_decay,  # the servers' batch cap's
         "machine": {"cpus": os.cpu_count(), "torch_threads": "the server's default", "torch": version("torch"),

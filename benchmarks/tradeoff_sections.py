@@ -199,6 +199,9 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
                f"--bounds {bounds} "
                f"--rounds {data['rounds']} --requests {data['requests']} --max-tokens {data['max_tokens']} "
                f"--prefill-chunk {data['prefill_chunk']}" + (f" --rate {data['rate']:g}" if data.get("rate") else "")
+               # a run from before the cut was row by row had its drafts cut to one length
+               + (f" --batch-cut {data.get('batch_cut', 'common')}" if data.get("batch_cut", "common") != BatchDraftCap.cut
+                  else "")
                + f" --out benchmarks/results/{name} --plot benchmarks/results/{image}")
     before = ("" if "cap_pace_decay" in data else
               "Measured with the batch cap before it kept its pace ([above](#the-batch-caps-prices-against-the-"

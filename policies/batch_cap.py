@@ -35,6 +35,14 @@ chosen by ``BatchDraftCap.pick`` to maximise the step's expected goodput (or its
   looked cheap beside it, and every draft got past the bound below. Until a plain step of a
   batch has been timed, one is made plain (``pick``) to price it.
 
+Per row (``cut``): a forward's cost follows the tokens it scores, not whose they are, so one
+common length spends them badly where the rows' drafts differ: a copying row's long match and an
+open-ended row's weak one are cut alike, and a bound that affords a few draft tokens gets them
+spread over every drafting row, each too short to pay. So ``allot`` also weighs the bound rows'
+draft tokens taken one at a time, each time the one that adds the most expected tokens (a row's
+next token only after its previous one), and keeps whichever length per row, among those and the
+common cuts, is worth the most under the same bound: never less than the common cut alone.
+
 As a batch fills, a wider forward costs more than the drafts bring and the cut shrinks (to 0 where
 nothing pays); it grows back as the batch empties or the traffic copies more. A single row is never
 cut: its own controller already weighs its drafts against plain decoding. Every ``plain_every``
@@ -90,7 +98,8 @@ from dataclasses import dataclass, field
 
 from policies.validation import check_int
 
-OBJECTIVES = ("goodput", "power")  # what ``pick`` maximises (module docstring)
+OBJECTIVES = ("goodput", "power")  # what a cut maximises (module docstring)
+CUTS = ("per-row", "common")  # how the bound rows' drafts are cut (module docstring, "Per row")
 FEATURES = {False: 3, True: 4}  # of each cost fit (``_features``): plain steps' and wider ones'
 # each fit's key: (wider than one token a row, a single row); a single row's steps, never cut, are
 # priced apart from batches' (module docstring)
@@ -127,6 +136,9 @@ class BatchDraftCap:
     # what a cut maximises (module docstring, "The objective"): "goodput", the batch's expected tokens
     # per second, or "power", that over the seconds per token of the step's slowest row
     objective: str = "goodput"
+    # how the bound rows' drafts are cut (module docstring, "Per row"): "per-row", each row's own
+    # length, or "common", one longest length for every row
+    cut: str = "per-row"
     # each fit's sums, by its key in FITS
     _sums: dict[tuple[bool, bool], tuple[list[list[float]], list[float]]] = field(
         default_factory=lambda: {key: ([[0.0] * FEATURES[key[0]] for _ in range(FEATURES[key[0]])],
@@ -141,6 +153,8 @@ class BatchDraftCap:
         check_int("plain_every", self.plain_every, 1)
         if self.plain_slowdown is not None and not 0 <= self.plain_slowdown < float("inf"):
             raise ValueError(f"plain_slowdown must be >= 0 or None, got plain_slowdown={self.plain_slowdown!r}")
+        if self.cut not in CUTS:
+            raise ValueError(f"cut must be one of {', '.join(CUTS)}, got cut={self.cut!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got objective={self.objective!r}")
         self._steps = self._last_plain = 0  # batched steps picked for, and the last one that was plain
@@ -155,11 +169,29 @@ class BatchDraftCap:
         """The longest draft the ``bound`` rows of a step may verify (each keeps at most that much of
         its own): the length with the most expected tokens per predicted second that the bound
         allows; None: no cut (a single row, no bound row drafting, or nothing prices a step yet).
+        The common cut alone (``cut="common"``), whatever the cap's ``cut``.
 
         ``lengths``: each row's draft as its own controller and gate kept it; ``expected``: per row,
         the expected tokens of its step at each length ``0..lengths[row]`` (None: nothing estimates
         it, counted as one token at any length); ``scored``: the tokens a forward over rows that wide
         scores; ``credit``: each row's (``credits``; none: 0); ``context``: slots per row."""
+        kept = self._choose(lengths, expected, bound, scored, credit, context, per_row=False)
+        if kept is None:
+            return None
+        return max(k for k, b in zip(kept, bound) if b)
+
+    def allot(self, lengths: Sequence[int], expected: Sequence[Sequence[float] | None], bound: Sequence[bool],
+              scored: Callable[[list[int]], float], credit: Sequence[float] | None = None,
+              context: float = 0.0) -> list[int] | None:
+        """How much of its draft each row of a step verifies (a row not ``bound`` keeps all of its
+        own); None: no cut. Under ``cut="per-row"`` the bound rows' lengths are chosen row by row
+        (module docstring, "Per row"); under ``"common"`` they are ``pick``'s common cut. Arguments
+        as ``pick``'s."""
+        return self._choose(lengths, expected, bound, scored, credit, context, per_row=self.cut == "per-row")
+
+    def _choose(self, lengths: Sequence[int], expected: Sequence[Sequence[float] | None], bound: Sequence[bool],
+                scored: Callable[[list[int]], float], credit: Sequence[float] | None, context: float,
+                per_row: bool) -> list[int] | None:
         rows = len(lengths)
         if rows <= 1 or not any(bound):
             return None
@@ -169,28 +201,31 @@ class BatchDraftCap:
             self._last_plain = self._steps
         if not longest:  # nothing of the bound rows' to cut
             return None
+        plain = [0 if b else n for n, b in zip(lengths, bound)]
         if self._steps - self._last_plain >= self.plain_every:
             self._last_plain = self._steps
-            return 0
+            return plain
         base, drafting_priced = self.cost(rows, 1, context), self._fit()[True, False] is not None
         if base is None and drafting_priced:  # drafting steps timed, never a plain one
             self._last_plain = self._steps
-            return 0
+            return plain
         if base is None or base <= 0 or not drafting_priced:  # cold, or a fit below zero: nothing priced
             return None
         credit = credit if credit is not None else [0.0] * rows
-        best, best_value = 0, -1.0
-        for c in range(longest + 1):
-            widths = [1 + (min(n, c) if b else n) for n, b in zip(lengths, bound)]
-            tokens = [e[w - 1] if e is not None else 1.0 for w, e in zip(widths, expected)]
+        estimate = [e if e is not None else [1.0] * (n + 1) for n, e in zip(lengths, expected)]
+        best, best_value, best_tokens = plain, -1.0, 0
+        for kept in _allotments(lengths, estimate, bound, per_row):
+            widths = [1 + k for k in kept]
+            tokens = [e[k] for k, e in zip(kept, estimate)]
             spent = self.cost(rows, scored(widths) / rows, context)
-            if c and self.plain_slowdown is not None and any(
+            drafted = sum(k for k, b in zip(kept, bound) if b)
+            if drafted and self.plain_slowdown is not None and any(
                     spent > (1 + self.plain_slowdown) * base * t + max(0.0, x) for t, x in zip(tokens, credit)):
                 continue  # a row would be slower than plain decoding by more than the bound and its credit
             value = self._value(tokens, spent)
-            if value > best_value:  # ties go to the shorter cut
-                best, best_value = c, value
-        if best == 0 and not any(n for n, b in zip(lengths, bound) if not b):
+            if value > best_value or (value == best_value and drafted < best_tokens):  # ties: fewer draft tokens
+                best, best_value, best_tokens = kept, value, drafted
+        if not best_tokens and not any(n for n, b in zip(lengths, bound) if not b):
             self._last_plain = self._steps
         return best
 
@@ -284,6 +319,27 @@ class BatchDraftCap:
                 self._learn(rows, width, seconds, context)  # they set the units: the pace starts at 1
                 taken += 1
         return taken
+
+
+def _allotments(lengths: Sequence[int], expected: Sequence[Sequence[float]], bound: Sequence[bool],
+                per_row: bool):
+    """The kept lengths a step may verify, row by row, as ``_choose`` weighs them: every common cut
+    ``0..longest`` of the bound rows' drafts, then (``per_row``) the bound rows' draft tokens taken
+    one at a time, each time the one that adds the most expected tokens (a row's next token only
+    after its previous one), from none to all. Rows not bound keep their own."""
+    longest = max(n for n, b in zip(lengths, bound) if b)
+    for c in range(longest + 1):
+        yield [min(n, c) if b else n for n, b in zip(lengths, bound)]
+    if not per_row:
+        return
+    kept = [0 if b else n for n, b in zip(lengths, bound)]
+    while True:
+        gains = [(expected[i][kept[i] + 1] - expected[i][kept[i]], -i) for i, (n, b) in enumerate(zip(lengths, bound))
+                 if b and kept[i] < n]
+        if not gains:
+            return
+        kept[-max(gains)[1]] += 1  # ties: the first row
+        yield list(kept)
 
 
 def _price(coef: list[float], rows: int, width: float, context: float = 0.0) -> float:

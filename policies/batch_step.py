@@ -17,8 +17,8 @@ from dataclasses import dataclass
 CAP_CALLS = (
     "none",       # not priced: a lone row, no bound row drafting, or no cost known yet
     "kept",       # priced, and every bound row kept its whole draft
-    "shortened",  # the bound rows' drafts cut to a shorter common length
-    "plain",      # the bound rows' drafts cut to nothing: they decode plainly this step
+    "shortened",  # some of the bound rows' drafts cut shorter (row by row, or to a common length)
+    "plain",      # every bound row's draft cut to nothing: they decode plainly this step
 )
 
 
@@ -37,18 +37,22 @@ class BatchStep:
     seconds: float
 
 
-def cap_call(cap: int | None, lengths: Sequence[int], bound: Sequence[bool]) -> tuple[str, int]:
+def cap_call(cap: int | Sequence[int] | None, lengths: Sequence[int], bound: Sequence[bool]) -> tuple[str, int]:
     """The batch cap's call on a step whose rows had drafts ``lengths`` before it cut those of the
-    ``bound`` rows to ``cap`` (None: it did not price the step), and the draft tokens it cut.
+    ``bound`` rows to ``cap``: one common length, or each row's own (None: it did not price the
+    step), and the draft tokens it cut. "plain" where no bound row kept a draft token.
 
     >>> cap_call(None, [3, 0], [True, True]), cap_call(4, [3, 0], [True, True])
     (('none', 0), ('kept', 0))
     >>> cap_call(2, [5, 3, 8], [True, True, False]), cap_call(0, [5, 3, 8], [True, True, False])
     (('shortened', 4), ('plain', 8))
+    >>> cap_call([5, 0, 8], [5, 3, 8], [True, True, False]), cap_call([0, 0, 8], [5, 3, 8], [True, True, False])
+    (('shortened', 3), ('plain', 8))
     """
     if cap is None:
         return "none", 0
-    cut = sum(max(0, n - cap) for n, b in zip(lengths, bound) if b)
+    kept = [min(n, cap) for n in lengths] if isinstance(cap, int) else list(cap)
+    cut = sum(max(0, n - k) for n, k, b in zip(lengths, kept, bound) if b)
     if not cut:
         return "kept", 0
-    return ("plain" if cap == 0 else "shortened"), cut
+    return ("plain" if not any(k for k, b in zip(kept, bound) if b) else "shortened"), cut

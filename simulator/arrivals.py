@@ -79,6 +79,10 @@ class ArrivalProcess:
     def __post_init__(self) -> None:
         if self.process not in PROCESSES:
             raise ValueError(f"process must be one of {PROCESSES}, got process={self.process!r}")
+        for name in ("cv", "levels", "mean_dwell_s", "amplitude", "period_s"):  # nan passes every check below
+            value = getattr(self, name)
+            if not all(math.isfinite(v) for v in (value if isinstance(value, tuple) else (value,))):
+                raise ValueError(f"{name} must be finite, got {name}={value}")
         if self.cv <= 0:
             raise ValueError(f"cv must be > 0, got cv={self.cv}")
         if len(self.levels) != len(self.mean_dwell_s) or not self.levels:

@@ -29,7 +29,7 @@ One iteration::
     2. plan:    each running sequence's session asks its policy for (drafter, k), capped to its
                 budget, through the match gate (``policies.session``, as the engine does)
     3. draw:    proposed and accepted per sequence from its class's acceptance profile; with
-                ``draft_cap``, the batch then cuts what the gates kept (``BatchDraftCap.pick``)
+                ``draft_cap``, the batch then cuts what the gates kept (``BatchDraftCap.allot``)
     4. cost:    draft_s (per drafter: batched = longest draft, unbatched = sum) + verify_s(batch,
                 widest sequence, tokens across the batch, context across the batch); where the
                 profile timed this engine's batched forward (``metadata.batched_forward: padded``,
@@ -65,7 +65,7 @@ class BatchingReplica(Replica):
 
     def __init__(self, *args, max_batch: int = 8, draft_cap: bool = False, prefill_chunk: int | None = None,
                  plain_slowdown: float | None = BatchDraftCap.plain_slowdown, prefill_rides: bool = True,
-                 objective: str = BatchDraftCap.objective,
+                 objective: str = BatchDraftCap.objective, cut: str = BatchDraftCap.cut,
                  cap_steps: Sequence[Sequence[float]] = (), **kwargs) -> None:
         self.max_batch = max_batch  # slots: bounded in practice by KV-cache memory
         if prefill_chunk is not None and (not isinstance(prefill_chunk, int) or prefill_chunk < 1):
@@ -78,7 +78,8 @@ class BatchingReplica(Replica):
         self._pools: dict[str, list] = {}  # key -> its controllers; one serves one sequence at a time
         self._busy: set[int] = set()  # ids of the controllers serving a sequence now
         super().__init__(*args, **kwargs)
-        self.draft_cap = BatchDraftCap(plain_slowdown=plain_slowdown, objective=objective) if draft_cap else None
+        self.draft_cap = BatchDraftCap(plain_slowdown=plain_slowdown, objective=objective,
+                                       cut=cut) if draft_cap else None
         if self.draft_cap is not None:
             self.draft_cap.warm(self.priced_shapes())
             for rows, width, seconds, slots in cap_steps:  # a server's cap after its warm start: this one's too
@@ -145,13 +146,13 @@ class BatchingReplica(Replica):
             if self.draft_cap is not None and any(bound):  # as the engine: each sequence's expected tokens weigh its draft
                 expected = [session.expected(plan, draft.proposed, draft.match_order, draft.ambiguous)
                             for (_, session, *_), (plan, draft) in zip(running, steps)]
-                cap = self.draft_cap.pick([d.proposed for _, d in steps], expected, bound, self.scored,
-                                          [seq[3] for seq in running], context)
+                cap = self.draft_cap.allot([d.proposed for _, d in steps], expected, bound, self.scored,
+                                           [seq[3] for seq in running], context)
             if cap is not None:  # as the engine: the batch cuts what the sequences' gates kept
-                for (_, session, *_), capped, (plan, draft) in zip(running, bound, steps):
-                    if capped and cap == 0 and draft.proposed:
+                for (_, session, *_), kept, (plan, draft) in zip(running, cap, steps):
+                    if kept == 0 and draft.proposed:
                         session.overrule(plan)
-                steps = [(plan, _trimmed(draft, cap) if capped else draft) for (plan, draft), capped in zip(steps, bound)]
+                steps = [(plan, _trimmed(draft, kept)) for (plan, draft), kept in zip(steps, cap)]
             seconds = self.iteration_s(running, steps, looked_up)
             # as the engine's rows, the sequences' controllers learn the iteration's cost without the riders
             rode = riding and fed > 0

@@ -15,6 +15,7 @@ before and after each shift.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from simulator.policy_factory import policy_builder
@@ -42,8 +43,11 @@ def _row(n: int, result: RunResult) -> dict:
 
 
 def capacity(scenario: Scenario, rate: float | None = None, mix: dict[str, float] | None = None,
-             policy: str | None = None, max_replicas: int | None = None, seed: int | None = None) -> CapacityResult:
-    """The fewest replicas meeting the scenario's SLO percentile at ``rate`` and ``mix``."""
+             policy: str | None = None, max_replicas: int | None = None, seed: int | None = None,
+             on_tried: Callable[[dict], None] | None = None) -> CapacityResult:
+    """The fewest replicas meeting the scenario's SLO percentile at ``rate`` and ``mix``.
+
+    ``on_tried(row)`` sees each replica count's row as its run ends (the CLI's progress)."""
     slo = scenario.slo
     if slo.ttft_s is None and slo.tpot_s is None and slo.e2e_s is None:
         raise ValueError("slo: capacity search needs at least one of slo.ttft_s, slo.tpot_s, slo.e2e_s")
@@ -56,7 +60,12 @@ def capacity(scenario: Scenario, rate: float | None = None, mix: dict[str, float
     def ok(n: int) -> bool:
         if n not in results:
             run = simulate(scenario, policy, seed, replicas=n, with_timeseries=False)
+            if not run.summary["requests"]["arrived"]:  # the same traffic at every n: no answer to search for
+                raise ValueError(f"capacity: the workload released no request to measure (after "
+                                 f"metrics.warmup_s={scenario.metrics.warmup_s:g}); raise its rate or duration_s")
             tried.append(_row(n, run))
+            if on_tried is not None:
+                on_tried(tried[-1])
             results[n] = run.summary["slo_check"]["ok"]
         return results[n]
 

@@ -11,7 +11,8 @@ A bad scenario (or option) prints one line naming the field and exits with statu
 run too large to finish: before it starts, every command estimates its requests, memory and (for
 large runs, from a timed pilot) wall time, and refuses what will not fit, naming the estimate and
 the overrides ``--max-requests N`` (simulate the first N arrivals) and ``--force``
-(``simulator/budget.py``). ``run`` shows progress on stderr once a run lasts more than a moment.
+(``simulator/budget.py``). ``run`` shows progress on stderr once a run lasts more than a moment;
+``capacity`` says there each replica count's verdict as its run ends.
 Mount with ``app.add_typer(simulator.cli.app, name="simulate")``.
 """
 
@@ -48,6 +49,34 @@ def _load(path: Path):
         _fail(err)
 
 
+def _check_out(json_out: Optional[Path]) -> None:
+    """Refuse an unwritable ``--json`` path before the run, not after it."""
+    from adaptive_spec.outputs import check_writable  # torch-free
+
+    if json_out is not None:
+        try:
+            check_writable(json_out, "json")
+        except ValueError as err:
+            _fail(err)
+
+
+def _write(obj, json_out: Optional[Path]) -> None:
+    from simulator.report import write_json
+
+    if json_out is not None:
+        try:
+            write_json(obj, json_out)
+        except ValueError as err:
+            _fail(err)
+
+
+def _tried(row: dict) -> str:
+    """A capacity search's progress line for one replica count as its run ends."""
+    n, ok = row["replicas"], row["ok"]
+    verb = ("meets" if ok else "misses") if n == 1 else ("meet" if ok else "miss")
+    return f"capacity: {n} replica{'' if n == 1 else 's'} {verb} the SLO"
+
+
 def _fail(err: Exception):
     typer.echo(f"error: {err}", err=True)
     raise typer.Exit(2)
@@ -81,10 +110,11 @@ def run(
 ) -> None:
     """Simulate one scenario and print latency, throughput, goodput, queueing and acceptance."""
     from simulator.progress import Progress
-    from simulator.report import print_run, write_json
+    from simulator.report import print_run
     from simulator.run import simulate
     from simulator.scenario import with_traffic
 
+    _check_out(json_out)
     s = _load(scenario)
     try:
         s = with_traffic(s, rate)
@@ -102,8 +132,7 @@ def run(
     finally:
         progress.close()
     print_run(result, series=timeseries)
-    if json_out:
-        write_json(result, json_out)
+    _write(result, json_out)
 
 
 @app.command()
@@ -121,8 +150,9 @@ def compare(
 ) -> None:
     """Several policies side by side on the same seeded traffic (and its shifts)."""
     from simulator.capacity import compare as compare_policies
-    from simulator.report import print_compare, write_json
+    from simulator.report import print_compare
 
+    _check_out(json_out)
     s = _load(scenario)
     specs = policy or list(s.compare_policies or [s.policy])
     parallel = 1 if ray_address else min(workers, len(specs))  # a cluster's resources are not known here
@@ -132,8 +162,7 @@ def compare(
     except ValueError as err:
         _fail(err)
     print_compare(results)
-    if json_out:
-        write_json(results, json_out)
+    _write(results, json_out)
 
 
 @app.command()
@@ -152,10 +181,11 @@ def capacity(
     import math
 
     from simulator.capacity import capacity as search
-    from simulator.report import print_capacity, write_json
+    from simulator.report import print_capacity
     from simulator.budget import with_max_requests
     from simulator.scenario import with_traffic
 
+    _check_out(json_out)
     s = _load(scenario)
     try:
         s = with_max_requests(s, max_requests)
@@ -165,12 +195,12 @@ def capacity(
     runs = 2 * math.ceil(math.log2(max_replicas or s.max_replicas)) + 1  # doubling, then bisection
     _sized(planned, None, force, time_limit, policy, seed, runs=runs)
     try:
-        result = search(s, rate=rate, policy=policy, max_replicas=max_replicas, seed=seed)
+        result = search(s, rate=rate, policy=policy, max_replicas=max_replicas, seed=seed,
+                        on_tried=lambda row: typer.echo(_tried(row), err=True))
     except ValueError as err:
         _fail(err)
     print_capacity(result)
-    if json_out:
-        write_json(result, json_out)
+    _write(result, json_out)
     if result.replicas is None:
         raise typer.Exit(1)
 
@@ -194,9 +224,10 @@ def sweep(
     import os
 
     from simulator.budget import expected_requests, with_max_requests
-    from simulator.report import _fmt, _table, write_json
+    from simulator.report import _fmt, _table
     from simulator.sweep import apply_config, grid, sweep as run_sweep
 
+    _check_out(json_out)
     s = _load(scenario)
     axes = dict(policy=policy, rate=rate, replicas=replicas, max_batch=max_batch, seed=seed)
     axes = {k: v for k, v in axes.items() if v}
@@ -220,8 +251,7 @@ def sweep(
         rows.append([config or "(scenario)", _fmt(sm["e2e_s"]["p95"], "ms"), _fmt(sm["tpot_s"]["p50"], "ms"),
                      _fmt(sm["throughput_tokens_s"]), _fmt(sm["goodput_rps"]), _fmt(sm["slo_check"]["ok"])])
     _table(f"sweep of {s.name}", ["configuration", "E2E p95 ms", "TPOT p50 ms", "tokens/s", "goodput", "SLO met"], rows)
-    if json_out:
-        write_json(results, json_out)
+    _write(results, json_out)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ Sections:
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,12 +105,16 @@ def load_profile(path: str | Path) -> Profile:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    except (OSError, UnicodeDecodeError) as err:  # a folder, no permission, not text
+        raise ValueError(f"{path}: cannot be read as a profile ({err})") from None
     return profile_from_dict(raw, source=str(path))
 
 
 def _number(value: object, path: str, minimum: float = 0.0, strict: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{path} must be a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):  # nan passes every comparison below
+        raise ValueError(f"{path} must be a finite number, got {value!r}")
     if value < minimum or (strict and value == minimum):
         raise ValueError(f"{path} must be {'>' if strict else '>='} {minimum}, got {value!r}")
     return float(value)
@@ -167,6 +172,9 @@ def profile_from_dict(raw: object, source: str = "profile") -> Profile:
         if v.packed >= v.batch or (v.packed and v.tokens == 1):
             raise ValueError(f"{source}: verify[{i}].packed must name fewer rows than batch ({v.batch}), in a forward "
                              f"more than one token wide, got packed={v.packed}, tokens={v.tokens}")
+    for section in ("draft", "acceptance"):
+        if not isinstance(raw.get(section) or {}, dict):
+            raise ValueError(f"{source}: {section} must be an object, got {raw[section]!r:.80}")
     draft = {}
     for name, spec in (raw.get("draft") or {}).items():
         path = f"{source}: draft.{name}"

@@ -25,6 +25,7 @@ Example line::
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -76,8 +77,8 @@ def requests_from_rows(
         for name, value in (("prompt_tokens", prompt), ("output_tokens", output)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"trace row {i}: {name} must be an integer >= 1, got {value!r}")
-        if isinstance(arrival, bool) or not isinstance(arrival, (int, float)):
-            raise ValueError(f"trace row {i}: arrival_s must be a number, got {arrival!r}")
+        if isinstance(arrival, bool) or not isinstance(arrival, (int, float)) or not math.isfinite(arrival):
+            raise ValueError(f"trace row {i}: arrival_s must be a finite number, got {arrival!r}")
         budget = row.get("max_tokens", 0)
         if budget and (isinstance(budget, bool) or not isinstance(budget, int) or budget < output):
             raise ValueError(f"trace row {i}: max_tokens must be an integer >= output_tokens ({output}), got {budget!r}")

@@ -29,9 +29,12 @@ def jsonable(value):
     return value
 
 
-def write_json(obj, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(jsonable(obj), indent=2) + "\n", encoding="utf-8")
+def write_json(obj, path: str | Path, param: str = "json") -> None:
+    """``obj`` as JSON at ``path``, through a temporary file and a rename (``adaptive_spec/outputs.py``):
+    a failed or interrupted write leaves no half file; a ``ValueError`` naming ``param`` says what failed."""
+    from adaptive_spec.outputs import write_text_atomic  # torch-free
+
+    write_text_atomic(path, json.dumps(jsonable(obj), indent=2) + "\n", param)
 
 
 def _fmt(value, unit: str = "") -> str:

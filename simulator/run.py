@@ -132,6 +132,7 @@ def build_simulation(env: simpy.Environment, scenario: Scenario, policy: str | P
                                             draft_cap=scenario.replicas.draft_cap,
                                             plain_slowdown=scenario.replicas.plain_slowdown,
                                             objective=scenario.replicas.batch_objective,
+                                            cut=scenario.replicas.batch_cut,
                                             cap_steps=scenario.replicas.cap_steps,
                                             prefill_chunk=scenario.replicas.prefill_chunk,
                                             prefill_rides=scenario.replicas.prefill_rides, overhead=scenario.overhead))

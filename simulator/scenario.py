@@ -28,6 +28,8 @@ Top-level fields (``*`` required)::
                    engine's; false: a prefill forward of their own first; default true),
                    batch_objective (batching: what the cap maximises, as the server's
                    --batch-objective: goodput or power; default the server's),
+                   batch_cut (batching: how the cap cuts drafts, as the server's --batch-cut:
+                   per-row or common; default the server's),
                    cap_steps (batching: forwards a server's cap learned from after its
                    --profile, [rows, width, seconds, slots] each, in order, that the replica's
                    cap learns too before the first request: it starts where that server's was)}
@@ -58,7 +60,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from policies.batch_cap import OBJECTIVES, BatchDraftCap
+from policies.batch_cap import CUTS, OBJECTIVES, BatchDraftCap
 from policies.lookup import DRAFTER as LOOKUP
 from simulator.acceptance import acceptance_from_dict
 from simulator.arrivals import arrival_process_from_dict
@@ -70,7 +72,7 @@ from simulator.workload import Shift, Workload
 
 MODES = ("serial", "batching")
 # the replica fields that only a batching replica takes (refused by name for serial ones)
-BATCHING_ONLY = ("prefill_chunk", "plain_slowdown", "prefill_rides", "batch_objective", "cap_steps")
+BATCHING_ONLY = ("prefill_chunk", "plain_slowdown", "prefill_rides", "batch_objective", "cap_steps", "batch_cut")
 ROUTERS = ("least_loaded", "round_robin", "random")
 SCOPES = ("replica", "key")
 
@@ -89,6 +91,7 @@ class ReplicaConfig:
     batch_objective: str = BatchDraftCap.objective  # batching only: what the cap maximises
     # batching only: (rows, width, seconds, slots) forwards the cap learns after its warm start
     cap_steps: tuple[tuple[int, float, float, float], ...] = ()
+    batch_cut: str = BatchDraftCap.cut  # batching only: the cap's drafts cut row by row, or to one length
 
 
 @dataclass(frozen=True)
@@ -180,8 +183,8 @@ def with_traffic(scenario: Scenario, rate: float | None = None, mix: dict[str, f
         return scenario
     if not isinstance(scenario.workload, Workload):
         raise ValueError("rate / mix overrides need a synthetic workload, not a replayed trace (use time_scale)")
-    if rate is not None and not rate > 0:
-        raise ValueError(f"rate must be > 0, got rate={rate!r}")
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"rate must be a finite number > 0, got rate={rate!r}")
     for name in mix or {}:
         if name not in scenario.classes:
             raise ValueError(f"mix.{name} is not a class of the scenario (classes: {sorted(scenario.classes)})")
@@ -221,6 +224,8 @@ def _num(value: object, path: str, low: float = 0.0, strict: bool = True, intege
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise ValueError(f"{path} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):  # nan passes every comparison below
+        raise ValueError(f"{path} must be a finite number, got {value!r}")
     if value < low or (strict and value == low):
         raise ValueError(f"{path} must be {'>' if strict else '>='} {low:g}, got {value!r}")
     return value
@@ -330,15 +335,22 @@ def _workload(raw: object, classes: dict, base_dir: Path) -> Workload | ReplayWo
         if isinstance(raw["replay"], (list, tuple)):  # rows already in memory
             for i, row in enumerate(raw["replay"]):
                 _mapping(row, f"workload.replay[{i}]")
+            rows, where = raw["replay"], "workload.replay"
+        else:
+            trace = Path(str(raw["replay"]))
+            trace = trace if trace.is_absolute() else base_dir / trace
+            if not trace.is_file():
+                raise ValueError(f"workload.replay: trace file {str(trace)!r} does not exist")
             try:
-                return replace(ReplayWorkload.from_rows(raw["replay"], classes, scale), concurrency=limit)
-            except ValueError as err:
-                raise ValueError(f"workload.replay: {err}") from None
-        trace = Path(str(raw["replay"]))
-        trace = trace if trace.is_absolute() else base_dir / trace
-        if not trace.exists():
-            raise ValueError(f"workload.replay: trace file {str(trace)!r} does not exist")
-        return replace(ReplayWorkload.from_rows(read_trace_jsonl(trace), classes, scale), concurrency=limit)
+                rows, where = read_trace_jsonl(trace), f"workload.replay: trace file {str(trace)!r}"
+            except (OSError, UnicodeDecodeError) as err:
+                raise ValueError(f"workload.replay: trace file {str(trace)!r} cannot be read ({err})") from None
+        if not rows:  # nothing to simulate: every latency, every SLO check would be empty
+            raise ValueError(f"{where} has no requests")
+        try:
+            return replace(ReplayWorkload.from_rows(rows, classes, scale), concurrency=limit)
+        except ValueError as err:
+            raise ValueError(f"workload.replay: {err}") from None
     _only(raw, ("arrival", "mix", "duration_s", "shifts", "max_requests"), "workload")
     arrival_raw = _mapping(_required(raw, "arrival", "workload"), "workload.arrival")
     rate = _num(_required(arrival_raw, "rate", "workload.arrival"), "workload.arrival.rate")
@@ -379,8 +391,8 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
     else:
         path = Path(str(profile_raw))
         path = path if path.is_absolute() else base_dir / path
-        if not path.exists():
-            raise ValueError(f"profile: file {str(path)!r} does not exist")
+        if not path.is_file():
+            raise ValueError(f"profile: file {str(path)!r} {'is a folder' if path.is_dir() else 'does not exist'}")
         profile = load_profile(path)
     classes = _classes(_required(raw, "classes", ""), profile)
     workload = _workload(_required(raw, "workload", ""), classes, base_dir)
@@ -399,12 +411,13 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
         _flag(rep.get("prefill_rides", True), "replicas.prefill_rides"),
         _choice(rep.get("batch_objective", BatchDraftCap.objective), OBJECTIVES, "replicas.batch_objective"),
         _cap_steps(rep.get("cap_steps", [])),
+        _choice(rep.get("batch_cut", BatchDraftCap.cut), CUTS, "replicas.batch_cut"),
     )
     if replicas.prefill_chunk is not None and replicas.mode != "batching":  # would do nothing, silently
         raise ValueError(f"replicas.prefill_chunk applies to mode batching only, got mode {replicas.mode!r}")
-    for name in BATCHING_ONLY[1:]:  # prefill_chunk above: None is its default, not a setting
-        if name in rep and replicas.mode != "batching":
-            raise ValueError(f"replicas.{name} applies to mode batching only, got mode {replicas.mode!r}")
+    for key in BATCHING_ONLY[1:]:  # prefill_chunk above: None is its default, not a setting
+        if key in rep and replicas.mode != "batching":  # (not `name`: that is the scenario's default name)
+            raise ValueError(f"replicas.{key} applies to mode batching only, got mode {replicas.mode!r}")
     slo_raw = _mapping(raw.get("slo") or {}, "slo")
     _only(slo_raw, SLO.__dataclass_fields__, "slo")
     slo = SLO(**{k: (float(_num(v, f"slo.{k}")) if v is not None else None) for k, v in slo_raw.items()})
@@ -414,6 +427,9 @@ def scenario_from_dict(raw: object, base_dir: str | Path = ".", name: str = "sce
     _only(met, MetricsConfig.__dataclass_fields__, "metrics")
     metrics = MetricsConfig(float(_num(met.get("bin_s", 60.0), "metrics.bin_s")),
                             float(_num(met.get("warmup_s", 0.0), "metrics.warmup_s", strict=False)))
+    if 0 < metrics.warmup_s >= workload.duration_s:  # every latency, every SLO check would be empty
+        raise ValueError(f"metrics.warmup_s must be below the last arrival (workload.duration_s "
+                         f"{workload.duration_s:g}): no request would be measured, got {metrics.warmup_s!r}")
     drain = raw.get("drain_s")
     if drain is not None and getattr(workload, "concurrency", None):
         raise ValueError(f"drain_s={drain!r}: a replay with a client concurrency limit runs until every request is "
@@ -468,10 +484,14 @@ def load_scenario(path: str | Path) -> Scenario:
         shipped = SHIPPED / (path.name if path.suffix else f"{path.name}.yaml")
         if shipped.is_file():
             path = shipped
-    if not path.exists():
-        raise ValueError(f"scenario file {str(path)!r} does not exist (shipped scenarios, by name: "
+    if not path.is_file():
+        raise ValueError(f"scenario file {str(path)!r} {'is a folder' if path.is_dir() else 'does not exist'} "
+                         f"(shipped scenarios, by name: "
                          f"{', '.join(shipped_scenarios())})")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"scenario file {str(path)!r} cannot be read ({err})") from None
     if path.suffix in (".yaml", ".yml"):
         import yaml
 

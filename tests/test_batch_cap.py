@@ -327,3 +327,59 @@ def test_a_batch_that_has_only_drafted_makes_one_step_plain_to_price_it():
 def test_bad_settings_are_refused_by_name(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         BatchDraftCap(**kwargs)
+
+
+def _linear_cap(**kwargs) -> BatchDraftCap:
+    """A cap warmed on exact linear costs: a plain step of ``r`` rows 0.1 + 0.01 r seconds, a wider
+    one 0.005 s more per token it scores."""
+    cap = BatchDraftCap(**kwargs)
+    cap.warm([(r, 1, 0.1 + 0.01 * r) for r in range(2, 7)]
+             + [(r, w, 0.1 + 0.01 * r + 0.005 * r * w) for r in range(2, 7) for w in (1.5, 2, 3, 5)])
+    return cap
+
+
+def test_per_row_cuts_give_the_batch_s_draft_tokens_to_the_row_that_gains_most_from_them():
+    """A copying row's strong draft and a weak one beside an open-ended row, the weak and the
+    open-ended rows' credit affording four draft tokens: one common length splits them two and
+    two, where row by row the copying row keeps all four and the weak row none, for more expected
+    tokens at the same price."""
+    strong, weak = [1.0, 1.9, 2.8, 3.7, 4.6], [1.0, 1.05, 1.07, 1.08, 1.09]
+    args = ([4, 4, 0], [strong, weak, None], [True, True, True], sum, [0.0, 0.03, 0.03])
+    assert _linear_cap(cut="common").allot(*args) == [2, 2, 0]
+    assert _linear_cap(cut="common").pick(*args) == 2
+    per_row = _linear_cap()
+    assert per_row.cut == "per-row" and per_row.allot(*args) == [4, 0, 0]
+    assert per_row.pick(*args) == 2  # pick is the common cut whatever the cap's
+    # the bound still holds row by row: without the open row's credit no draft token is affordable
+    assert _linear_cap().allot([4, 4, 0], [strong, weak, None], [True, True, True], sum) == [0, 0, 0]
+    # a row the cap does not bind keeps its draft, and its tokens count toward the price
+    assert _linear_cap().allot([4, 4, 3], [strong, weak, None], [True, True, False], sum, [0.0, 0.03, 0.03]) == [1, 0, 3]
+
+
+def test_per_row_cuts_are_never_worth_less_than_the_common_cut():
+    """Row by row the cap weighs the common cuts too: over random batches its choice is worth at
+    least what the common cut's is, by the cap's own objective."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        rows = rng.randint(2, 6)
+        lengths = [rng.choice([0, 0, 2, 4, 8]) for _ in range(rows)]
+        expected = []
+        for n in lengths:
+            p = rng.random()
+            expected.append([sum(p ** j for j in range(i + 1)) for i in range(n + 1)])
+        bound = [rng.random() < 0.8 for _ in range(rows)]
+        credit = [rng.uniform(0, 0.05) for _ in range(rows)]
+        common, per_row = _linear_cap(cut="common"), _linear_cap()
+        a, b = common.allot(lengths, expected, bound, sum, credit), per_row.allot(lengths, expected, bound, sum, credit)
+        if a is None:
+            assert b is None
+            continue
+
+        def worth(kept):
+            spent = per_row.cost(rows, sum(1 + k for k in kept) / rows)
+            return sum(e[k] for e, k in zip(expected, kept)) / spent
+
+        assert worth(b) >= worth(a) - 1e-12
+        assert all(k <= n for k, n in zip(b, lengths)) and all(k == n for k, n, bd in zip(b, lengths, bound) if not bd)

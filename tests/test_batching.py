@@ -277,8 +277,8 @@ def test_the_batch_cap_binds_learning_controllers_rows_only_and_keeps_outputs_ex
     from policies.batch_cap import BatchDraftCap
 
     class Never(BatchDraftCap):  # the batch affords no drafts at all
-        def pick(self, lengths, *args, **kwargs):
-            return None if len(lengths) <= 1 else 0
+        def allot(self, lengths, expected, bound, *args, **kwargs):
+            return None if len(lengths) <= 1 else [0 if b else n for n, b in zip(lengths, bound)]
 
     never = Never()
     engine = BatchedDecoder(decoder, max_batch=4, draft_cap=never)
@@ -364,9 +364,9 @@ def test_each_rows_credit_is_what_its_steps_earned_and_the_cap_weighs_it():
                 earned[id(row)] = earned.get(id(row), 0.0) + g
             return gained
 
-        def pick(self, lengths, expected, bound, scored, credit=None, context=0.0):
+        def allot(self, lengths, expected, bound, scored, credit=None, context=0.0):
             picked.append((credit, [earned.get(id(row), 0.0) for row in engine.active]))
-            return super().pick(lengths, expected, bound, scored, credit, context)
+            return super().allot(lengths, expected, bound, scored, credit, context)
 
     cap = Spy(plain_slowdown=0.05)
     cap.warm([(r, w, 0.01 + 0.01 * r + 0.001 * r * w, 32) for r in (1, 2, 4) for w in (1, 2, 5, 9)])

@@ -51,6 +51,7 @@ def test_every_command_is_mounted():
     (["serve", "--max-batch", "4", "--plain-slowdown", "-0.1"], "plain_slowdown"),
     (["serve", "--max-batch", "4", "--plain-slowdown", "fast"], "plain_slowdown"),
     (["serve", "--max-batch", "4", "--batch-objective", "latency"], "batch_objective"),
+    (["serve", "--max-batch", "4", "--batch-cut", "each"], "batch_cut"),
     (["serve", "--prefill-chunk", "64"], "prefill_chunk"),  # batch 1: no rows decode while a prompt prefills
     (["serve", "--profile", "simulator/profiles/smollm2_cpu_batched.json"], "profile"),  # batch 1: no batch cap
     (["serve", "--max-batch", "4", "--profile", "nope.json"], "profile"),

@@ -172,7 +172,8 @@ def test_served_batching_rounds_render_round_by_round_comparisons_and_timeline_e
     n = 2 * len(data["runs"])  # p50 and p95 of every run: each run's p95 off by 12% without the overhead
     assert (f"Without that time the same replays are within 10% in {n // 2} of {n} cases, mean error -6.5%; "
             f"with it, within 10% in {n} of {n} cases, mean error -2.0%.") in section
-    objective = f" --batch-objective {data['batch_objective']}" if "batch_objective" in data else ""
+    objective = (f" --batch-objective {data['batch_objective']} --batch-cut {data.get('batch_cut', 'common')}"
+                 if "batch_objective" in data else "")  # a run from before the cut was row by row: one length
     assert f"--plain-slowdown 0.05{objective} --profile {Path(data['profile']).name}`" in section  # the server's cap warm-started
     rows = [line for line in section.splitlines() if line.startswith("| ") and "×" in line]
     best = [row for row in rows if "the round's best fixed" in row]

@@ -306,9 +306,10 @@ def test_the_server_starts_its_batch_cap_from_the_profile_the_replica_prices_wit
     raw["metadata"] = {**raw["metadata"], "illustrative": False, "model": "smollm2"}  # as calibrate writes one
     Path(profile).write_text(json.dumps(raw))
     args = argparse.Namespace(max_batch=4, prefill_chunk=256, plain_slowdown="0.05", batch_objective="goodput",
-                              profile=profile)
+                              batch_cut="common", profile=profile)
     options = server_options(args)
     assert options[options.index("--profile") + 1] == profile
+    assert options[options.index("--batch-cut") + 1] == "common"  # the server cuts as the replica does
     assert options[options.index("--max-batch") + 1] == "4"
     # the server takes that profile's batched steps to warm its cap (a profile without them is refused)
     assert any(rows > 1 for rows, *_ in _step_costs(profile, 4, "smollm2"))

@@ -41,3 +41,9 @@ def test_the_batch_objective_reaches_the_served_engines_cap():
     with one_thread(), live_server(tiny_decoder(), Settings(max_batch=4, batch_objective="power")) as (url, app):
         assert wait_until(lambda: app.state.service.worker is not None)
         assert app.state.service.worker.engine.draft_cap.objective == "power"
+
+
+def test_the_batch_cut_reaches_the_served_engines_cap():
+    with one_thread(), live_server(tiny_decoder(), Settings(max_batch=4, batch_cut="common")) as (url, app):
+        assert wait_until(lambda: app.state.service.worker is not None)
+        assert app.state.service.worker.engine.draft_cap.cut == "common"

@@ -209,6 +209,11 @@ def test_the_replica_runs_the_servers_batch_objective():
         scenario_from_dict(scenario_dict(replicas={"mode": "batching", "batch_objective": "latency"}))
     with pytest.raises(ValueError, match="replicas.batch_objective applies to mode batching"):
         scenario_from_dict(scenario_dict(replicas={"mode": "serial", "batch_objective": "power"}))
+    assert cap_of({}).cut == BatchDraftCap.cut and cap_of({"batch_cut": "common"}).cut == "common"
+    with pytest.raises(ValueError, match="replicas.batch_cut"):
+        scenario_from_dict(scenario_dict(replicas={"mode": "batching", "batch_cut": "each"}))
+    with pytest.raises(ValueError, match="replicas.batch_cut applies to mode batching"):
+        scenario_from_dict(scenario_dict(replicas={"mode": "serial", "batch_cut": "common"}))
 
 
 def test_the_replicas_cap_learns_a_servers_forwards_after_its_warm_start():

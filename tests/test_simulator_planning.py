@@ -111,3 +111,11 @@ def test_sweep_on_a_local_ray_instance_matches_local_processes():
     dump = lambda rs: json.dumps([r.summary for r in rs], sort_keys=True)  # noqa: E731
     assert dump(on_ray) == dump(local)
     assert [r.summary["config"] for r in on_ray] == configs
+
+
+def test_capacity_refuses_traffic_that_releases_no_request_instead_of_searching_to_the_limit():
+    # 1e-6 req/s for 10 s: no arrival, so no replica count could "meet" or "miss" the SLO
+    scenario = scenario_from_dict(scenario_dict(workload__shifts=[], workload__duration_s=10,
+                                                workload__arrival={"process": "poisson", "rate": 1e-6}))
+    with pytest.raises(ValueError, match=r"capacity: the workload released no request"):
+        capacity(scenario)

@@ -94,7 +94,10 @@ def test_cli_compare_and_capacity(tmp_path):
     assert "static:ngram:4" in result.output and "per phase" in result.output
     result = CliRunner().invoke(app, ["capacity", str(path), "--rate", "0.5", "--json", str(tmp_path / "c.json")])
     assert result.exit_code == 0, result.output
-    assert json.loads((tmp_path / "c.json").read_text())["replicas"] >= 1
+    answer = json.loads((tmp_path / "c.json").read_text())["replicas"]
+    assert answer >= 1
+    said = "1 replica meets" if answer == 1 else f"{answer} replicas meet"
+    assert f"capacity: {said} the SLO" in result.output  # each run's verdict as it ends: progress
 
 
 TRACE = [{"arrival_s": 5.0 + 2 * i, "class": "copy" if i % 2 else "chat", "prompt_tokens": 60, "output_tokens": 30}
@@ -146,3 +149,87 @@ def test_the_code_template_scenario_drafts_from_the_measured_suffix_acceptance()
     # tokens per step is acceptance: a suffix profile that accepted nothing would leave it at 1
     assert runs["static:suffix:8"]["acceptance"]["tokens_per_step"] > 2.0
     assert runs["static:suffix:8"]["e2e_s"]["p50"] < runs["none"]["e2e_s"]["p50"]
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"workload__arrival": {"process": "poisson", "rate": NAN}}, r"workload\.arrival\.rate must be a finite number"),
+    ({"workload__arrival": {"process": "poisson", "rate": INF}}, r"workload\.arrival\.rate must be a finite number"),
+    ({"workload__duration_s": INF}, r"workload\.duration_s must be a finite number, got inf"),
+    ({"workload__shifts": [{"at_s": NAN}]}, r"workload\.shifts\[0\]\.at_s must be a finite number"),
+    ({"workload__mix": {"copy": INF}}, r"workload\.mix\.copy must be a finite number"),
+    ({"workload__arrival": {"process": "gamma", "rate": 1, "cv": NAN}}, r"workload\.arrival: cv must be finite"),
+    ({"slo": {"e2e_s": NAN}}, r"slo\.e2e_s must be a finite number"),
+    ({"metrics": {"bin_s": INF}}, r"metrics\.bin_s must be a finite number"),
+    ({"drain_s": NAN}, r"drain_s must be a finite number"),
+    ({"speed": [{"at_s": 0, "factor": NAN}]}, r"speed\[0\]\.factor must be a finite number"),
+    ({"prefill_speed": INF}, r"prefill_speed must be a finite number"),
+    ({"profile__verify__0__seconds": NAN}, r"profile: verify\[0\]\.seconds must be a finite number"),
+    ({"profile__draft__ngram__per_token_s": INF}, r"profile: draft\.ngram\.per_token_s must be a finite number"),
+    ({"profile__acceptance": "x"}, r"profile: acceptance must be an object, got 'x'"),
+    ({"profile__draft": ["ngram"]}, r"profile: draft must be an object"),
+    ({"workload": {"replay": [{"arrival_s": NAN, "class": "copy", "prompt_tokens": 9, "output_tokens": 5}]}},
+     r"workload\.replay: trace row 0: arrival_s must be a finite number, got nan"),
+    ({"workload": {"replay": []}}, r"workload\.replay has no requests"),
+    ({"metrics": {"warmup_s": 600}}, r"metrics\.warmup_s must be below the last arrival .* got 600"),
+])
+def test_non_finite_empty_or_unmeasurable_input_is_rejected_naming_the_field(overrides, message):
+    raw = scenario_dict()
+    for dotted, value in overrides.items():  # scenario_dict's paths, with list indices
+        node, (*parents, leaf) = raw, dotted.split("__")
+        for name in parents:
+            node = node[int(name)] if isinstance(node, list) else node[name]
+        node[int(leaf) if isinstance(node, list) else leaf] = value
+    with pytest.raises(ValueError, match=message):
+        scenario_from_dict(raw)
+
+
+def test_a_scenario_file_without_a_name_is_named_after_its_file(tmp_path):
+    raw = scenario_dict()
+    del raw["name"]
+    assert load_scenario(_write(tmp_path, raw, "night_shift.yaml")).name == "night_shift"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "{dir}"], "scenario file '{dir}' is a folder"),
+    (["run", "{scenario}", "--rate", "inf"], "rate must be a finite number > 0, got rate=inf"),
+    (["run", "{scenario}", "--json", "{dir}"], "invalid json='{dir}': is a folder"),
+    (["capacity", "{scenario}", "--json", "{dir}"], "invalid json='{dir}': is a folder"),
+    (["run", "{profile_dir}"], "profile: file '{dir}' is a folder"),
+    (["run", "{empty_trace}"], "trace file '{dir}/empty.jsonl' has no requests"),
+])
+def test_cli_answers_bad_paths_and_numbers_with_one_line_before_running(tmp_path, args, message):
+    scenario = _write(tmp_path, scenario_dict(workload__duration_s=100, workload__shifts=[]))
+    profile_dir = _write(tmp_path, {**scenario_dict(), "profile": str(tmp_path)}, "p.yaml")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    empty_trace = _write(tmp_path, {**scenario_dict(), "workload": {"replay": "empty.jsonl"}}, "e.yaml")
+    paths = dict(dir=tmp_path, scenario=scenario, profile_dir=profile_dir, empty_trace=empty_trace)
+    result = CliRunner().invoke(app, [a.format(**paths) for a in args])
+    assert result.exit_code == 2 and not isinstance(result.exception, (OSError, OverflowError)), result.output
+    assert message.format(**paths) in " ".join(result.output.split())
+    assert "requests completed" not in result.output  # refused before the run, not after it
+
+
+def test_write_json_leaves_the_previous_file_whole_when_the_write_fails(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    from simulator.report import write_json
+
+    (tmp_path / "out").mkdir(), (tmp_path / "saved").mkdir()
+    out = tmp_path / "out" / "out.json"
+    out.write_text('{"previous": true}\n')
+
+    def disk_full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", disk_full)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "saved"))  # where the results are saved instead
+    with pytest.raises(ValueError, match=r"json=.*could not write it \(No space left on device\)"):
+        write_json({"new": [1, 2, 3]}, out)
+    assert json.loads(out.read_text()) == {"previous": True}
+    assert [p.name for p in out.parent.iterdir()] == ["out.json"]  # no temporary file left behind
+    [saved] = (tmp_path / "saved").iterdir()  # and the results are not lost
+    assert json.loads(saved.read_text()) == {"new": [1, 2, 3]}

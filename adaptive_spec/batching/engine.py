@@ -382,14 +382,14 @@ class BatchedDecoder:
         if self.draft_cap is not None and any(bound):  # cut the bound rows' drafts to what the step affords
             expected = [row.session.expected(plan, len(d), p.match_order, p.match_ambiguous)
                         for row, plan, (p, d) in zip(self.active, plans, proposals)]
-            cap = self.draft_cap.pick([len(d) for _, d in proposals], expected, bound, self.slots.scored,
-                                      [row.credit for row in self.active], context)
+            cap = self.draft_cap.allot([len(d) for _, d in proposals], expected, bound, self.slots.scored,
+                                       [row.credit for row in self.active], context)
         call = cap_call(cap, [len(d) for _, d in proposals], bound) if decoder.observers else None  # before the cut
         if cap is not None:
-            for row, plan, capped, (_, drafts) in zip(self.active, plans, bound, proposals):
-                if capped and cap == 0 and drafts:  # decoded plainly against its plan: it learns a plain step
+            for row, plan, kept, (_, drafts) in zip(self.active, plans, cap, proposals):
+                if kept == 0 and drafts:  # decoded plainly against its plan: it learns a plain step
                     row.session.overrule(plan)
-            proposals = [(p, d[:cap] if capped else d) for (p, d), capped in zip(proposals, bound)]
+            proposals = [(p, d[:kept]) for (p, d), kept in zip(proposals, cap)]
         inputs = [[row.context[-1], *drafts] for row, (_, drafts) in zip(self.active, proposals)]
         t1 = decoder._now()
         logits = self.slots.extend(inputs, [(row.prefill, tokens) for row, tokens in riders])

@@ -42,6 +42,7 @@ class Settings:
     step_costs: tuple = ()  # batched: (rows, width, seconds) of timed steps that warm the batch's draft cap
     plain_slowdown: float | None = BatchDraftCap.plain_slowdown  # batched: what others' drafts may cost a plain row
     batch_objective: str = BatchDraftCap.objective  # batched: what the batch's drafts maximise
+    batch_cut: str = BatchDraftCap.cut  # batched: the bound rows' drafts cut row by row, or to one length
     max_body_bytes: int = 1 << 20
     chat_max_tokens: int = 512  # a chat request without max_tokens: this, or what the context leaves
     grace_s: float = 30.0  # SIGTERM: how long in-flight requests may take to finish
@@ -82,7 +83,7 @@ class Service:
             self.worker = BatchedWorker(decoder, self.settings.max_queue, self.settings.max_batch,
                                         prefill_chunk=self.settings.prefill_chunk, step_costs=self.settings.step_costs,
                                         plain_slowdown=self.settings.plain_slowdown,
-                                        objective=self.settings.batch_objective)
+                                        objective=self.settings.batch_objective, cut=self.settings.batch_cut)
         else:
             self.worker = EngineWorker(decoder, self.settings.max_queue)
 

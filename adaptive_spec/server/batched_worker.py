@@ -29,8 +29,8 @@ class BatchedWorker(EngineWorker):
     def __init__(self, decoder, max_queue: int, max_batch: int, retry_after_s: int = 1,
                  prefill_chunk: int | None = PREFILL_CHUNK, step_costs: tuple = (),
                  plain_slowdown: float | None = BatchDraftCap.plain_slowdown,
-                 objective: str = BatchDraftCap.objective) -> None:
-        cap = BatchDraftCap(plain_slowdown=plain_slowdown, objective=objective)
+                 objective: str = BatchDraftCap.objective, cut: str = BatchDraftCap.cut) -> None:
+        cap = BatchDraftCap(plain_slowdown=plain_slowdown, objective=objective, cut=cut)
         cap.warm(step_costs)  # (rows, width, seconds, context) from a calibrated profile: costs known from the first step
         self.engine = BatchedDecoder(decoder, max_batch=max_batch, draft_cap=cap,  # before the thread starts
                                      prefill_chunk=prefill_chunk)

@@ -11,7 +11,7 @@ import typer
 
 from adaptive_spec.config import PREFILL_CHUNK
 from adaptive_spec.errors import InvalidParameterError
-from policies.batch_cap import OBJECTIVES, BatchDraftCap
+from policies.batch_cap import CUTS, OBJECTIVES, BatchDraftCap
 
 
 def format_plain_slowdown(value: float | None) -> str:
@@ -50,6 +50,10 @@ def serve(
                                         "of the step's slowest request: drafts that slow requests drafting nothing "
                                         "must pay twice; on CPU it drafted too little at 4 requests, "
                                         "benchmarks/RESULTS.md)."),
+    batch_cut: str = typer.Option(BatchDraftCap.cut, "--batch-cut",
+                                  help="With --max-batch above 1: how the batch cuts its requests' drafts: 'per-row' "
+                                  "(each request's own length, the draft tokens that add the most expected tokens "
+                                  "first) or 'common' (one longest length for every request)."),
     max_body_bytes: int = typer.Option(1 << 20, help="Largest request body accepted; beyond it, 413."),
     suffix_max_tokens: int = typer.Option(100_000, help="With the suffix drafter: tokens of past outputs kept per "
                                           "traffic key (oldest dropped first)."),
@@ -78,6 +82,8 @@ def serve(
     parse_plain_slowdown(plain_slowdown)  # refused before the model loads
     if batch_objective not in OBJECTIVES:
         raise InvalidParameterError("batch_objective", batch_objective, f"expected one of {', '.join(OBJECTIVES)}")
+    if batch_cut not in CUTS:
+        raise InvalidParameterError("batch_cut", batch_cut, f"expected one of {', '.join(CUTS)}")
     if prefill_chunk is not None:
         _check_positive_int("prefill_chunk", prefill_chunk)
         if max_batch == 1:  # one request at a time: nothing decodes while it prefills
@@ -131,7 +137,8 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(api_key=api_key, max_queue=max_queue, max_batch=max_batch, max_body_bytes=max_body_bytes,
                         grace_s=grace_s, prefill_chunk=prefill_chunk, step_costs=step_costs,
-                        plain_slowdown=parse_plain_slowdown(plain_slowdown), batch_objective=batch_objective)
+                        plain_slowdown=parse_plain_slowdown(plain_slowdown), batch_objective=batch_objective,
+                        batch_cut=batch_cut)
     run(create_app(load, model, settings, on_shutdown=save_history), host, port)
 
 
