@@ -13,7 +13,8 @@ from policies.batch_cap import BatchDraftCap
 
 TRADEOFF_FILES = ("serve_tradeoff.json", "serve_tradeoff_c8.json", "serve_tradeoff_r05.json", "serve_tradeoff_r08.json",
                   "serve_tradeoff_dev_c4.json", "serve_tradeoff_dev_c8.json", "serve_objective_dev_c4.json",
-                  "serve_objective_dev_c8.json", "serve_bound_dev_c4.json", "serve_bound_dev_c8.json")
+                  "serve_objective_dev_c8.json", "serve_bound_dev_c4.json", "serve_bound_dev_c8.json",
+                  "serve_perrow_dev_c4.json", "serve_perrow_dev_c8.json")
 # each rule's dev runs, by file name, in the order the rules were fixed: the bound's against drafting
 # always, the objective's against every fixed config, then the bound's again under the latter rule
 RULES = ("serve_tradeoff_dev_", "serve_objective_dev_", "serve_bound_dev_")
@@ -218,12 +219,19 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
     corpus = Path(data["prompts"]).name
     chosen = ([f"{data['requests']} requests a run from [`{corpus}`](corpus/{corpus})'s `{split}` "
                "split (the same seeded choice every run) instead of the shift stream: prompts of every kind that the "
-               "held-out figures above do not use, on which the server's default "
-               + ("objective was chosen ([below](#choosing-the-objective))." if _rule_of(name) == RULES[1] else
-                  f"bound was chosen ([below](#{ANCHORS.get(_rule_of(name), ANCHORS[RULES[0]])})).")]
+               "held-out figures above do not use, "
+               + ("on which the server's default objective was chosen ([below](#choosing-the-objective))."
+                  if _rule_of(name) == RULES[1] else
+                  f"on which the server's default bound was chosen ([below](#{ANCHORS[_rule_of(name)]}))."
+                  if _rule_of(name) else
+                  "run once the bound rows' drafts were cut row by row (`--batch-cut per-row`), before the held-out "
+                  "prompts were served so ([above](#batched-serving-by-concurrency-held-out-prompts-drafts-cut-row-by-"
+                  "row)): a check, not a choice.")]
               if split else [])
     objectives = (" and ".join(dict.fromkeys(o for _, o in variants(data))) + " objectives" if "objectives" in data
                   else "")
+    if data.get("batch_cut") == "per-row" and not _rule_of(name):  # beside a rule's runs of the same shape
+        objectives = "drafts cut row by row"
     if _rule_of(name) == RULES[2]:  # the same concurrency and prompts as the first rule's: the heading names the bounds
         objectives = "bounds " + ", ".join(label(b, o).split("@")[1] for b, o in variants(data))
     heading = (f"### {arriving}{f', {split} prompts' if split else ''}{f', {objectives}' if objectives else ''}, "

@@ -4,10 +4,13 @@ Every row's draft competes with the others' tokens for the same forward: a wider
 row more, and on CPU a multi-token row costs more than its width alone says (other matrix kernels),
 so a draft that pays alone may not pay in a full batch. The batched engine therefore lets each
 row draft what its own controller and match gate keep, and then cuts the drafts of the rows that
-learning controllers serve to a common longest length ``c`` (0: they decode plainly this step),
-chosen by ``BatchDraftCap.pick`` to maximise the step's expected goodput (or its power, below):
+learning controllers serve, each to a length ``c_row`` (0: it decodes plainly this step), chosen by
+``BatchDraftCap.allot`` to maximise the step's expected goodput (or its power, below):
 
-    sum over rows of expected_tokens(row, min(draft, c))  /  cost(rows, width(c), context)
+    sum over rows of expected_tokens(row, c_row)  /  cost(rows, width(c_row...), context)
+
+over every common longest length ``c`` (``c_row = min(draft, c)``, ``pick``) and, row by row, the
+draft tokens taken in order of what they add ("Per row", below).
 
 - expected tokens are each row's own, from its match gate's acceptance estimate for the very match
   it drafted from (``DecodeSession.expected``): a copying row's long match counts for many tokens,

@@ -15,7 +15,7 @@ The batch's speculation: in a padded forward every row pays for the widest row's
 one, which ``SlotCache`` takes when rows' widths differ, charges each row its own tokens but still
 attends over the widest row's grid), so once the rows have drafted what their own controllers and
 match gates keep, an optional ``BatchDraftCap`` cuts the drafts of the rows that learning
-controllers serve to the common length that maximises the step's expected tokens per second: each
+controllers serve, row by row, to the lengths that maximise the step's expected tokens per second: each
 row's tokens from its gate's estimate for the match it drafted from, the step's cost from the
 measured cost of the batch's shape; only lengths that slow no row beyond the slowdown bound, per
 token it expects from the step, widened by its credit (what its own accepted drafts saved it)
