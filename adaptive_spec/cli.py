@@ -306,7 +306,7 @@ def calibrate(
     check_writable(out, "out")
     if streams_only and sizes:
         raise InvalidParameterError("batch_sizes", batch_sizes, "--streams-only times nothing: drop one of the two")
-    existing = _profile_for_streams(out, rows) if streams_only else None
+    existing = _profile_for_streams(out, rows, model) if streams_only else None
     torch_device, torch_dtype, names = _runtime_and_drafters(device, dtype, drafters, "drafters")
     decoder = _load_decoder(model, names, torch_device, torch_dtype, None)
     if existing is not None:
@@ -328,8 +328,9 @@ def calibrate(
     err.print(f"wrote {out}", soft_wrap=True)
 
 
-def _profile_for_streams(out: Path, rows: list) -> dict:
-    """The profile ``--streams-only`` adds to: it must exist, load, and have a class per prompt id."""
+def _profile_for_streams(out: Path, rows: list, model: str) -> dict:
+    """The profile ``--streams-only`` adds to: it must exist, load, be ``model``'s (its streams are
+    token ids of the model's tokenizer) and have a class per prompt id."""
     import json
 
     from simulator.profile import profile_from_dict
@@ -341,6 +342,10 @@ def _profile_for_streams(out: Path, rows: list) -> dict:
         profile = profile_from_dict(raw, str(out))
     except ValueError as exc:  # JSONDecodeError included
         raise InvalidParameterError("out", str(out), f"not a profile ({exc})") from None
+    calibrated_on = profile.metadata.get("model")
+    if calibrated_on is not None and calibrated_on != model:
+        raise InvalidParameterError("model", model, f"{out} was calibrated on {calibrated_on!r}: its streams would "
+                                    "hold another tokenizer's ids; record them with that model")
     missing = sorted({r.id for r in rows} - set(profile.acceptance))
     if missing:
         raise InvalidParameterError("out", str(out), f"has no class for prompt id {missing[0]!r}: calibrate it with "

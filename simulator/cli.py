@@ -18,6 +18,7 @@ Mount with ``app.add_typer(simulator.cli.app, name="simulate")``.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -178,7 +179,6 @@ def capacity(
     time_limit: float = TimeLimitOpt,
 ) -> None:
     """The fewest replicas whose SLO percentile latencies meet the scenario's slo targets."""
-    import math
 
     from simulator.capacity import capacity as search
     from simulator.report import print_capacity

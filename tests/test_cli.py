@@ -39,6 +39,8 @@ def test_every_command_is_mounted():
     (["calibrate", "--streams-only", "--batch-sizes", "2,4"], "batch_sizes"),  # would be ignored: refused  # adds to a profile: there is none
     (["calibrate", "--prompts", "benchmarks/shift.jsonl", "--streams-only", "--out",
       "simulator/profiles/smollm2_cpu.json"], "out"),  # no class per prompt id to give a stream
+    (["calibrate", "--model", "gemma3", "--streams-only", "--out", "simulator/profiles/smollm2_cpu.json"],
+     "model"),  # another model's profile: its streams would hold this tokenizer's ids
     (["validate-sim", "--requests", "0"], "requests"),
     (["validate-sim", "--rate", "-1"], "rate"),
     (["validate-sim", "--policy", "bogus"], "policy"),

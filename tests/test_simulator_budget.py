@@ -112,3 +112,4 @@ def test_force_overrides_the_check():
     with pytest.raises(TooLarge, match="more than 80% of the 8.59 GB of memory available"):
         check(size)
     check(size, force=True)
+
