@@ -9,7 +9,7 @@ from pathlib import Path
 
 from benchmarks.results_kit import load, machine_line, provenance, table
 from benchmarks.rounds import compare_best_fixed
-from benchmarks.serve_batching import arrivals_seen, pooled_by_rows
+from benchmarks.serve_batching import arrivals_seen, pooled_by_rows, recorded_cut
 from policies.batch_cap import BatchDraftCap
 
 
@@ -84,8 +84,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
     what = (f"`adaptive-spec loadgen` against one `adaptive-spec serve --max-batch {data['max_batch']} --drafters ngram"
             + (f" --plain-slowdown {bound}" if "plain_slowdown" in data else "")
             + (f" --batch-objective {data['batch_objective']}" if "batch_objective" in data else "")
-            # a run from before the cut was row by row had its drafts cut to one length
-            + (f" --batch-cut {data.get('batch_cut', 'common')}" if "batch_objective" in data else "")
+            + (f" --batch-cut {recorded_cut(data)}" if "batch_objective" in data else "")
             + (f" --profile {Path(data['profile']).name}`" if data.get("cap_warmed") else "`")
             + (" (its batch cap's costs warm-started from the profile below): " if data.get("cap_warmed") else ": ")
             + f"{data['requests']} requests per run from [`{prompts.name}`]({link}) "
@@ -174,8 +173,7 @@ def serve_batching_section(results_dir: Path, dates: dict | None, name: str = "s
                + (f" --plain-slowdown {bound}" if "plain_slowdown" in data and data["plain_slowdown"] != BatchDraftCap.plain_slowdown else "")
                + (f" --batch-objective {data['batch_objective']}" if data.get("batch_objective", BatchDraftCap.objective)
                   != BatchDraftCap.objective else "")
-               + (f" --batch-cut {data.get('batch_cut', 'common')}" if data.get("batch_cut", "common") != BatchDraftCap.cut
-                  else "")
+               + (f" --batch-cut {recorded_cut(data)}" if recorded_cut(data) != BatchDraftCap.cut else "")
                + (f" --profile {data['profile']} --calibrate" if predicted else "") + _forwards_out(results_dir, name))
     plot = f"![throughput, latency and drafting by concurrency](results/{image})"
     parts = [f"## {heading}", what, table(header, rows)]
@@ -454,8 +452,7 @@ def _served_summary(results_dir: Path, dates: dict | None, name: str, heading: s
                f"--requests {data['requests']} --max-tokens {data['max_tokens']} --rounds {data['rounds']} "
                f"--prefill-chunk {data['prefill_chunk']} --plain-slowdown {bound} "
                + (f"--batch-objective {data['batch_objective']} " if "batch_objective" in data else "")
-               + (f"--batch-cut {data.get('batch_cut', 'common')} " if data.get("batch_cut", "common") != BatchDraftCap.cut
-                  else "")
+               + (f"--batch-cut {recorded_cut(data)} " if recorded_cut(data) != BatchDraftCap.cut else "")
                + f"--out benchmarks/results/{name} "
                f"--plot benchmarks/results/{image}"
                + (f" --profile {data['profile']} --calibrate" if data.get("profile") else "") + _forwards_out(results_dir, name))

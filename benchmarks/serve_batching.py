@@ -227,6 +227,15 @@ def predict(run: dict, profile: str, max_batch: int, prefill_chunk: int, max_tok
     return out
 
 
+def recorded_cut(result: dict) -> str:
+    """The ``--batch-cut`` a result's server ran with: one recorded before the flag cut to one length.
+
+    >>> recorded_cut({}), recorded_cut({"batch_cut": "per-row"})
+    ('common', 'per-row')
+    """
+    return result.get("batch_cut", "common")
+
+
 def server_options(args: argparse.Namespace) -> list[str]:
     """``adaptive-spec serve``'s options for the benchmark's one server."""
     return ["--max-batch", str(args.max_batch), "--prefill-chunk", str(args.prefill_chunk), "--drafters", "ngram",
@@ -304,9 +313,7 @@ def resimulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                                                         "prediction_error", "simulated_drafting", "cap_steps"))]:
                 del run[key]  # the previous predictions: none may outlive this one
             try:  # as in a live run: one the simulator cannot replay keeps its measurements, and says why
-                # a result recorded before the cut was row by row cut to one length
-                run.update(predict(run, str(args.profile), *settings, cap_history(timed, run),
-                                   result.get("batch_cut", "common")))
+                run.update(predict(run, str(args.profile), *settings, cap_history(timed, run), recorded_cut(result)))
             except (ValueError, ZeroDivisionError) as exc:
                 run["prediction_error"] = str(exc)
     except (KeyError, TypeError, AttributeError) as exc:

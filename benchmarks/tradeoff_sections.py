@@ -7,6 +7,7 @@ from pathlib import Path
 
 from benchmarks.batching_sections import median_of, ratio_spread
 from benchmarks.results_kit import load, machine_line, provenance, table
+from benchmarks.serve_batching import recorded_cut
 from benchmarks.serve_tradeoff import choose_bound, choose_variant, label, variants
 from policies.batch_cap import BatchDraftCap
 
@@ -102,9 +103,7 @@ def _objective_choice(files: list[dict]) -> str:
     if not files:
         return ""
     choice = choose_variant(files, RULE_DEFAULT_VARIANT)
-    current = label(BatchDraftCap.plain_slowdown, BatchDraftCap.objective)
-    verdict = (f"The server's default, `{current}`, is that choice" if choice["chosen"] == current else
-               f"By this rule the default would be `{choice['chosen']}`; the server's is `{current}`")
+    verdict = _variant_verdict(choice)
     return "\n\n".join([
         "### Choosing the objective",
         "The batch cap's objective (`--batch-objective`): `goodput`, the batch's expected tokens per second, or "
@@ -117,6 +116,13 @@ def _objective_choice(files: list[dict]) -> str:
         _worst_table(files, choice),
         f"{verdict}: the largest worst case is `{choice['best']}`'s, {choice['worst'][choice['best']]:.2f}×. "
         + _consistency(files, choice["chosen"], choice["against"])])
+
+
+def _variant_verdict(choice: dict) -> str:
+    """Whether the server's default bound and objective are the variant a rule chose."""
+    current = label(BatchDraftCap.plain_slowdown, BatchDraftCap.objective)
+    return (f"The server's default, `{current}`, is that choice" if choice["chosen"] == current else
+            f"By this rule the default would be `{choice['chosen']}`; the server's is `{current}`")
 
 
 def _worst_table(files: list[dict], choice: dict) -> str:
@@ -144,9 +150,7 @@ def _bound_again_choice(files: list[dict]) -> str:
     if not files:
         return ""
     choice = choose_variant(files, RULE_DEFAULT_AGAIN)
-    current = label(BatchDraftCap.plain_slowdown, BatchDraftCap.objective)
-    verdict = (f"The server's default, `{current}`, is that choice" if choice["chosen"] == current else
-               f"By this rule the default would be `{choice['chosen']}`; the server's is `{current}`")
+    verdict = _variant_verdict(choice)
     return "\n\n".join([
         "### Choosing the bound again",
         "The bound at 0.05 trailed drafting always on throughput at 4 requests on the held-out prompts in three "
@@ -200,9 +204,7 @@ def _tradeoff_block(results_dir: Path, name: str, dates: dict | None) -> str:
                f"--bounds {bounds} "
                f"--rounds {data['rounds']} --requests {data['requests']} --max-tokens {data['max_tokens']} "
                f"--prefill-chunk {data['prefill_chunk']}" + (f" --rate {data['rate']:g}" if data.get("rate") else "")
-               # a run from before the cut was row by row had its drafts cut to one length
-               + (f" --batch-cut {data.get('batch_cut', 'common')}" if data.get("batch_cut", "common") != BatchDraftCap.cut
-                  else "")
+               + (f" --batch-cut {recorded_cut(data)}" if recorded_cut(data) != BatchDraftCap.cut else "")
                + f" --out benchmarks/results/{name} --plot benchmarks/results/{image}")
     before = ("" if "cap_pace_decay" in data else
               "Measured with the batch cap before it kept its pace ([above](#the-batch-caps-prices-against-the-"
