@@ -85,15 +85,22 @@ def capacity(scenario: Scenario, rate: float | None = None, mix: dict[str, float
 
 
 def compare(scenario: Scenario, policies: list[str] | None = None, seed: int | None = None,
-            workers: int | None = 1, ray_address: str | None = None) -> list[RunResult]:
+            workers: int | None = 1, ray_address: str | None = None,
+            on_done: Callable[[int, RunResult], None] | None = None) -> list[RunResult]:
     """Simulate each policy on the same seeded traffic; results in the order given.
 
-    ``workers`` > 1 runs the policies in local processes, ``ray_address`` on a Ray cluster.
+    ``workers`` > 1 runs the policies in local processes, ``ray_address`` on a Ray cluster;
+    ``on_done(index, result)`` hears each policy's run as it ends.
     """
     specs = list(policies or scenario.compare_policies or [scenario.policy])
     for i, spec in enumerate(specs):  # reject a bad spec before spending time on the others
         policy_builder(spec, scenario.drafters, f"policies[{i}]")
     if (workers or 1) <= 1 and ray_address is None:
-        return [simulate(scenario, spec, seed) for spec in specs]
+        results = []
+        for index, spec in enumerate(specs):
+            results.append(simulate(scenario, spec, seed))
+            if on_done is not None:
+                on_done(index, results[-1])
+        return results
     return sweep(scenario, [{"policy": spec, "seed": seed} for spec in specs], workers=workers,
-                 ray_address=ray_address, with_timeseries=True)
+                 ray_address=ray_address, with_timeseries=True, on_done=on_done)

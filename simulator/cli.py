@@ -12,7 +12,8 @@ run too large to finish: before it starts, every command estimates its requests,
 large runs, from a timed pilot) wall time, and refuses what will not fit, naming the estimate and
 the overrides ``--max-requests N`` (simulate the first N arrivals) and ``--force``
 (``simulator/budget.py``). ``run`` shows progress on stderr once a run lasts more than a moment;
-``capacity`` says there each replica count's verdict as its run ends.
+``capacity`` says there each replica count's verdict as its run ends, ``compare`` and ``sweep``
+each run's as it ends.
 Mount with ``app.add_typer(simulator.cli.app, name="simulate")``.
 """
 
@@ -76,6 +77,17 @@ def _tried(row: dict) -> str:
     n, ok = row["replicas"], row["ok"]
     verb = ("meets" if ok else "misses") if n == 1 else ("meet" if ok else "miss")
     return f"capacity: {n} replica{'' if n == 1 else 's'} {verb} the SLO"
+
+
+def _finished(command: str, names: list[str]):
+    """An ``on_done`` callback: one line on stderr as each of the runs ``names`` ends (a long
+    compare or sweep otherwise shows nothing until its table)."""
+    done = []
+
+    def report(index: int, result) -> None:
+        done.append(index)
+        typer.echo(f"{command}: {len(done)} of {len(names)} done ({names[index]})", err=True)
+    return report
 
 
 def _fail(err: Exception):
@@ -159,7 +171,8 @@ def compare(
     parallel = 1 if ray_address else min(workers, len(specs))  # a cluster's resources are not known here
     s, _ = _sized(s, max_requests, force, time_limit, specs[0], seed, runs=len(specs), parallel=parallel)
     try:
-        results = compare_policies(s, policy or None, seed, workers, ray_address)
+        results = compare_policies(s, policy or None, seed, workers, ray_address,
+                                   on_done=_finished("compare", specs))
     except ValueError as err:
         _fail(err)
     print_compare(results)
@@ -241,7 +254,8 @@ def sweep(
     _sized(apply_config(s, largest), None, force, time_limit, largest.get("policy"), largest.get("seed"),
            runs=len(configs), parallel=parallel)
     try:
-        results = run_sweep(s, configs, workers, ray_address)
+        names = [", ".join(f"{k}={v}" for k, v in c.items()) or "(scenario)" for c in configs]
+        results = run_sweep(s, configs, workers, ray_address, on_done=_finished("sweep", names))
     except ValueError as err:
         _fail(err)
     rows = []

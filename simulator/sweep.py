@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 
@@ -67,18 +68,32 @@ def run_config(scenario: Scenario, config: dict, with_timeseries: bool = False) 
 
 
 def sweep(scenario: Scenario, configs: list[dict], workers: int | None = None, ray_address: str | None = None,
-          with_timeseries: bool = False) -> list[RunResult]:
-    """Run every configuration; ``workers=None`` uses one process per CPU, ``1`` runs in this process."""
+          with_timeseries: bool = False, on_done: Callable[[int, RunResult], None] | None = None) -> list[RunResult]:
+    """Run every configuration; ``workers=None`` uses one process per CPU, ``1`` runs in this process.
+    ``on_done(index, result)`` hears each configuration as it ends (in the order they end); the
+    results come back in the order given."""
     for config in configs:  # fail fast on a bad configuration, before any worker starts
         apply_config(scenario, config)
+    done = on_done or (lambda index, result: None)
     if ray_address is not None:
-        return _ray_map(scenario, configs, ray_address, with_timeseries)
+        results = _ray_map(scenario, configs, ray_address, with_timeseries)
+        for index, result in enumerate(results):
+            done(index, result)
+        return results
     workers = workers or os.cpu_count() or 1
     if workers <= 1 or len(configs) <= 1:
-        return [run_config(scenario, c, with_timeseries) for c in configs]
+        results = []
+        for index, config in enumerate(configs):
+            results.append(run_config(scenario, config, with_timeseries))
+            done(index, results[-1])
+        return results
     with ProcessPoolExecutor(max_workers=min(workers, len(configs))) as pool:
-        futures = [pool.submit(run_config, scenario, c, with_timeseries) for c in configs]
-        return [f.result() for f in futures]
+        futures = {pool.submit(run_config, scenario, c, with_timeseries): i for i, c in enumerate(configs)}
+        results: list[RunResult | None] = [None] * len(configs)
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            done(futures[future], results[futures[future]])
+        return results
 
 
 def _ray_map(scenario: Scenario, configs: list[dict], address: str, with_timeseries: bool) -> list[RunResult]:

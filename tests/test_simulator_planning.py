@@ -78,11 +78,14 @@ def test_sweep_in_processes_matches_sweep_in_process():
     scenario = scenario_from_dict(scenario_dict(workload__duration_s=300, workload__shifts=[]))
     configs = grid(policy=["none", "static:ngram:4"], replicas=[1, 2])
     assert len(configs) == 4
-    local = sweep(scenario, configs, workers=1)
-    parallel = sweep(scenario, configs, workers=2)
+    heard = {1: [], 2: []}  # each run as it ends, in whatever order the workers finish them
+    local = sweep(scenario, configs, workers=1, on_done=lambda i, r: heard[1].append((i, r.summary["config"])))
+    parallel = sweep(scenario, configs, workers=2, on_done=lambda i, r: heard[2].append((i, r.summary["config"])))
     dump = lambda rs: json.dumps([r.summary for r in rs], sort_keys=True)  # noqa: E731
     assert dump(local) == dump(parallel)
     assert [r.summary["config"] for r in parallel] == configs
+    assert heard[1] == list(enumerate(configs))
+    assert sorted(heard[2]) == list(enumerate(configs))  # each once, named by its index
 
 
 def test_sweep_rejects_an_unknown_axis_before_running():

@@ -92,6 +92,11 @@ def test_cli_compare_and_capacity(tmp_path):
     result = CliRunner().invoke(app, ["compare", str(path), "--policy", "none", "--policy", "static:ngram:4"])
     assert result.exit_code == 0, result.output
     assert "static:ngram:4" in result.output and "per phase" in result.output
+    # each policy's run as it ends: progress before the table
+    assert "compare: 1 of 2 done (none)" in result.output and "compare: 2 of 2 done (static:ngram:4)" in result.output
+    result = CliRunner().invoke(app, ["sweep", str(path), "--rate", "0.3", "--rate", "0.6", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "sweep: 1 of 2 done (rate=0.3)" in result.output and "sweep: 2 of 2 done (rate=0.6)" in result.output
     result = CliRunner().invoke(app, ["capacity", str(path), "--rate", "0.5", "--json", str(tmp_path / "c.json")])
     assert result.exit_code == 0, result.output
     answer = json.loads((tmp_path / "c.json").read_text())["replicas"]
