@@ -1,5 +1,5 @@
 """The ``adaptive-spec`` command line: generate, bench, demo, calibrate, validate-sim, replay, and the
-mounted ``serve``, ``telemetry``, ``alerts`` and ``simulate`` commands.
+mounted ``serve``, ``loadgen``, ``dashboard``, ``telemetry``, ``alerts`` and ``simulate`` commands.
 
 Layers load only what they need: this module imports neither torch nor transformers at the top,
 so ``simulate``, ``telemetry`` and ``alerts`` run without them; each engine command imports the
@@ -458,7 +458,7 @@ def _mount_subcommands() -> None:
     app.command("loadgen")(loadgen)
     app.command("dashboard")(dashboard)
 
-    app.add_typer(telemetry_app, name="telemetry", help="Read the telemetry store: summary per model and drafter.")
+    app.add_typer(telemetry_app, name="telemetry", help="Read the telemetry store: summary per model and drafter, batched forwards.")
     app.command("alerts", help="Firing and recent alerts from the telemetry store.")(alerts_command)
     app.add_typer(simulate_app, name="simulate", help="Capacity simulator: run, compare, capacity, sweep.")
 

@@ -33,7 +33,7 @@ def serve(
     allow_unauthenticated: bool = typer.Option(False, help="Serve a non-loopback address without an API key."),
     max_queue: int = typer.Option(64, help="Requests waiting for the engine at most; beyond it, 429."),
     max_batch: int = typer.Option(1, help="Requests decoded together (continuous batching above 1; drafters must "
-                                  "then be lookups: ngram, the default)."),
+                                  "then be lookups: ngram, the default, or suffix)."),
     prefill_chunk: Optional[int] = typer.Option(None, help="With --max-batch above 1: prompt tokens that ride in each step "
                                                 f"while other requests decode, in the same forward (default {PREFILL_CHUNK}; a long prompt "
                                                 "joins over several steps)."),
