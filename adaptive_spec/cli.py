@@ -150,7 +150,7 @@ def generate(
     dtype: str = typer.Option("float32", help="float32 | bfloat16 | float16."),
     stream: bool = typer.Option(False, help="Print text as it is accepted."),
     telemetry: str = typer.Option("sqlite", help=TELEMETRY_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: text, token_ids, stats."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: text, token_ids, finish_reason, stats."),
 ) -> None:
     """Generate a completion with speculative decoding."""
     from adaptive_spec.config import GenerationConfig, validate_draft_len
