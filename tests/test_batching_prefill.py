@@ -229,6 +229,27 @@ def test_a_request_that_fails_after_its_prompt_is_in_is_ended_by_the_recovery_no
     assert engine.pending == 0 and engine.slots.rows == 0 and not engine._busy
 
 
+def test_a_step_failing_after_some_riders_joined_ends_each_request_once_and_keeps_finished_results(decoder):
+    engine = BatchedDecoder(decoder, max_batch=4)
+    running = engine.submit(COPY, policy=policy("plain"), max_new_tokens=30)
+    engine.step()
+
+    def broken(tokens):
+        raise RuntimeError("the client's stream broke")
+
+    # all three ride in the next step and join in this order: a row, a request done with its
+    # first token, and one whose first token fails the step
+    seated = engine.submit([7, 8, 9], policy=policy("plain"), max_new_tokens=5)
+    done = engine.submit([7, 8, 9], policy=policy("plain"), max_new_tokens=1)
+    failing = engine.submit([1, 2, 3], policy=policy("plain"), max_new_tokens=5, on_tokens=broken)
+    with pytest.raises(RuntimeError):
+        engine.step()
+    failed = engine.fail_all(RuntimeError("the client's stream broke"))
+    assert sorted(failed) == sorted([running, seated, failing])  # each once: a caller ends each id once
+    assert list(engine.results) == [done]  # finished before the failure: its result stands
+    assert engine.pending == 0 and engine.slots.rows == 0 and not engine._busy
+
+
 def test_rows_are_charged_their_own_forward_not_the_prompts_that_rode_in_it(decoder, monkeypatch):
     """What the controllers learn a step cost: a rider's prefill is not the cost of the rows' drafts."""
     from policies.batch_cap import BatchDraftCap

@@ -5,13 +5,18 @@ Every server here binds 127.0.0.1 on a free port; request loops are bounded in c
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 import httpx
 import openai
 import pytest
 
+from adaptive_spec.config import GenerationConfig
 from adaptive_spec.server import Settings
+from adaptive_spec.server.batched_worker import BatchedWorker
+from adaptive_spec.server.worker import Job
 from server_kit import MODEL, StepCounter, client, live_server, tiny_decoder, wait_until
 from tiny import one_thread
 
@@ -341,3 +346,54 @@ def test_a_client_that_leaves_before_a_non_streamed_answer_cancels_its_request(m
         assert wait_until(lambda: worker.cancelled == 1 and worker.in_flight == 0), \
             (worker.cancelled, worker.in_flight, worker.served, counter.steps)
         assert counter.steps < 239  # stopped before the end
+
+
+class HoldFirstStep:
+    """An observer that holds the engine's thread in its first decode step until ``go`` is set."""
+
+    def __init__(self) -> None:
+        self.held, self.go = threading.Event(), threading.Event()
+
+    def on_step(self, request, outcome, events) -> None:
+        self.held.set()
+        self.go.wait(timeout=30)
+
+
+def test_a_failed_batch_step_answers_every_job_once_and_the_worker_serves_on(monkeypatch):
+    hold = HoldFirstStep()
+    decoder = tiny_decoder(observers=[hold])
+    first_token = decoder.first_token
+
+    def failing_for_seed_13(logits, cfg, generator):
+        if cfg.seed == 13:
+            raise RuntimeError("a bug")
+        return first_token(logits, cfg, generator)
+
+    monkeypatch.setattr(decoder, "first_token", failing_for_seed_13)
+    worker = BatchedWorker(decoder, max_queue=8, max_batch=4)
+
+    async def answers() -> list[tuple[str, object]]:
+        loop = asyncio.get_running_loop()
+
+        def job(ids, max_new_tokens, seed=None, **overrides):
+            submitted = Job(ids, GenerationConfig(max_new_tokens=max_new_tokens, seed=seed), "", overrides, loop,
+                            streamed=False)
+            worker.submit(submitted)
+            return submitted
+
+        # one token a step: its third (and last) token comes in the step that fails
+        done_in_failed_step = job([1, 2, 3, 4, 5, 1, 2, 3], 3, force_plain=True)
+        await asyncio.to_thread(hold.held.wait, 30)
+        # both ride in the next step: the first joins as a row, the second's first token fails the step
+        seated, failing = job([7, 8, 9], 5), job([1, 2, 3], 5, seed=13)
+        hold.go.set()
+        got = [await asyncio.wait_for(j.events.get(), 30) for j in (done_in_failed_step, seated, failing)]
+        return got + [await asyncio.wait_for(job([1, 2, 3], 3).events.get(), 30)]  # one after the failure
+
+    try:
+        (finished, result), *failed, (after, _) = asyncio.run(answers())
+    finally:
+        worker.stop()
+    assert finished == "done" and len(result.token_ids) == 3  # its result, not a 500
+    assert [(kind, value.status) for kind, value in failed] == [("error", 500), ("error", 500)]
+    assert after == "done" and worker.in_flight == 0

@@ -171,8 +171,13 @@ class BatchedDecoder:
         return False
 
     def fail_all(self, exc: BaseException) -> list[int]:
-        """End every request (an error no row can survive, e.g. the forward itself failed); their ids."""
+        """End every request not yet finished (an error no row can survive, e.g. the forward itself
+        failed); their ids."""
         started = self.active + self.boarding + ([self.prefilling] if self.prefilling is not None else [])
+        # each once (a rider seated, or left prefilling, before a later one failed is still in
+        # boarding too; a caller ending an id twice lost its thread to a KeyError), and none whose
+        # result is in: it finished in the failed step before the failure, and that result stands
+        started = [row for row in {id(row): row for row in started}.values() if row.id not in self.results]
         ids = [row.id for row in started] + [row.id for row in self.waiting]
         # a waiting row whose start observers heard (its prefill failed) is ended as well
         for row in started + [row for row in self.waiting if row.info is not None]:

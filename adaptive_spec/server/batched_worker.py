@@ -62,7 +62,9 @@ class BatchedWorker(EngineWorker):
                 for request_id in engine.fail_all(exc):
                     job, _ = self._end(request_id)
                     job.emit("error", APIError(500, "the engine failed on this request; the server log has the details"))
-                continue
+                # those that finished in that step before it failed: their results are in, and
+                # their clients would otherwise wait for ever (the step never returned their ids)
+                finished = [request_id for request_id in self._jobs if request_id in engine.results]
             for request_id in finished:
                 job, pieces = self._end(request_id)
                 try:
