@@ -15,7 +15,11 @@ def warp_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: flo
     """Apply temperature / top-k / top-p to ``logits`` [..., vocab]; filtered entries become -inf."""
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
     if temperature != 1.0:
-        logits = logits / temperature
+        # the largest logit moved to 0 first (softmax is the same): a tiny temperature (1e-40 is a
+        # valid request) then sends the others to -inf, the greedy limit it approaches, where the
+        # raw logits overflowed to inf, inf - inf made nan, and the sampler raised; in the batched
+        # engine that failed every row of the batch
+        logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     vocab = logits.shape[-1]
     if 0 < top_k < vocab:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # [..., 1]

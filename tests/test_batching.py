@@ -411,3 +411,15 @@ def test_a_packed_forward_in_one_thread_leaves_another_threads_attention_alone()
         # and with the state cleared, this thread's own packed step still runs packed
         packed = cache.extend([[11, 12, 13], [14]])
         assert cache.last_layout == "packed" and [p.shape[0] for p in packed] == [3, 1]
+
+
+def test_a_row_sampling_at_a_tiny_temperature_decodes_greedily_beside_the_others(decoder):
+    # its logits once overflowed to nan and the sampler raised: the step failed every row
+    engine = BatchedDecoder(decoder, max_batch=4)
+    other = engine.submit(PROMPTS[0], policy=policy("static:ngram:4"), max_new_tokens=20)
+    engine.step()
+    tiny = engine.submit(PROMPTS[1], policy=policy("static:ngram:4"), max_new_tokens=20, do_sample=True,
+                         temperature=1e-320, seed=1)
+    results = engine.run()
+    assert results[tiny].token_ids == alone(decoder, PROMPTS[1], "static:ngram:4", max_new_tokens=20).token_ids
+    assert results[other].token_ids == alone(decoder, PROMPTS[0], "static:ngram:4", max_new_tokens=20).token_ids

@@ -273,3 +273,10 @@ def test_same_seed_same_output_and_seeds_differ():
     run = lambda seed: decoder.generate(PROMPT, max_new_tokens=12, policy=StaticPolicy("ngram", 3), seed=seed, **SAMPLING).token_ids
     assert run(5) == run(5)
     assert len({tuple(run(s)) for s in range(6)}) > 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_tiny_temperature_is_the_greedy_limit_not_nan(dtype):
+    logits = torch.tensor([[30.0, 29.0, -5.0], [2.0, 7.0, 7.0]], dtype=dtype)
+    probs = logits_to_probs(logits, 1e-320 if dtype == torch.float64 else 1e-40, 0, 1.0)
+    assert torch.equal(probs, torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5]], dtype=dtype))  # ties share
