@@ -9,7 +9,7 @@ import torch
 from adaptive_spec import SpeculativeDecoder
 from adaptive_spec.batching import BatchedDecoder, SlotCache
 from adaptive_spec.drafters import Int8Drafter, NgramDrafter
-from adaptive_spec.drafters.base import Drafter
+from adaptive_spec.drafters.base import Drafter, Proposal
 from adaptive_spec.errors import InvalidParameterError
 from batch_kit import Confident, EchoDrafter, dear_drafts_cap
 from policies import StaticPolicy
@@ -175,22 +175,27 @@ def test_a_request_that_does_not_fit_is_refused_alone_and_the_batch_goes_on(deco
 
 
 class FailingDrafter(Drafter):
-    """A lookup that raises on one request's contexts (those containing token 9)."""
+    """A lookup that fails on one request's contexts (those containing token 9): it raises, or
+    drafts ids outside the vocabulary (which the target's embedding would raise on, for every row)."""
 
     name = "flaky"
 
-    def __init__(self) -> None:
+    def __init__(self, failure: str = "raises") -> None:
         self.ngram = NgramDrafter()
+        self.failure = failure
 
     def propose(self, context, k, config, generator, early_stop=None):
         if 9 in context:
-            raise RuntimeError("drafter bug")
+            if self.failure == "raises":
+                raise RuntimeError("drafter bug")
+            return Proposal(tokens=[10_000, 3, -1][:k])
         return self.ngram.propose(context, k, config, generator)
 
 
-def test_a_drafter_failure_costs_that_row_its_drafts_only():
+@pytest.mark.parametrize("failure", ["raises", "outside the vocabulary"])
+def test_a_drafter_failure_costs_that_row_its_drafts_only(failure):
     target = loaded(tiny_llama(seed=0))
-    decoder = SpeculativeDecoder(target, [FailingDrafter()])
+    decoder = SpeculativeDecoder(target, [FailingDrafter(failure)])
     engine = BatchedDecoder(decoder, max_batch=4)
     good = engine.submit(COPY, policy=StaticPolicy("flaky", 6), max_new_tokens=30)
     bad = engine.submit(PROMPTS[1], policy=StaticPolicy("flaky", 6), max_new_tokens=30)

@@ -463,7 +463,12 @@ class BatchedDecoder:
     def _propose(self, row: _Row, drafter, k: int) -> Proposal:
         """The row's draft; a drafter that fails costs that row its draft (a plain step), not the batch."""
         try:
-            return drafter.propose(row.context, k, row.config, row.generator)
+            proposal = drafter.propose(row.context, k, row.config, row.generator)
+            # checked here, not left to the forward: an id outside the embedding fails the step of every row
+            vocab = self.decoder.target.vocab_size
+            if any(not 0 <= token < vocab for token in proposal.tokens):
+                raise ValueError(f"drafted ids outside the vocabulary [0, {vocab}): {proposal.tokens[:8]}")
+            return proposal
         except Exception:  # noqa: BLE001 - any drafter bug; the verifier keeps the output exact either way
             if drafter.name not in self._failed_drafters:
                 log.exception("drafter %r failed on request %d; that row decodes plainly this step", drafter.name, row.id)
