@@ -64,8 +64,8 @@ def test_rows_joining_and_leaving_mid_way_decode_what_each_request_decodes_alone
 
 
 def test_sampled_rows_draw_what_the_same_seed_draws_alone(decoder):
-    # per-row generators: the same seed gives the same tokens as the single request, so batched
-    # sampling inherits the single-request distribution tests (tests/test_engine_sampling.py).
+    # per-row generators: the same seed gives the same tokens as the single request (the batched
+    # engine's own distribution checks: tests/test_engine_sampling.py).
     # Controllers whose choices do not depend on timings: a draft of another length draws other
     # random numbers, so an adaptive row's tokens differ run to run even alone
     engine = BatchedDecoder(decoder, max_batch=8)
