@@ -14,6 +14,7 @@ to callers.
 from __future__ import annotations
 
 import importlib
+import logging
 import secrets
 import threading
 import time
@@ -42,6 +43,8 @@ from policies.registry import PolicyRegistry
 from policies.session import DecodeSession
 from policies.shadow import ShadowDrafts
 from policies.static import StaticPolicy
+
+log = logging.getLogger(__name__)
 
 _EMPTY = Proposal(tokens=[])
 # how often drafters' gauges (what they hold across requests) reach the observers, at most
@@ -249,9 +252,24 @@ class SpeculativeDecoder:
         if now < self._gauges_due:
             return
         self._gauges_due = now + GAUGE_EVERY_S
-        values = {name: value for drafter in self.drafters.values() for name, value in drafter.gauges().items()}
+        values = {}
+        for drafter in self.drafters.values():
+            try:
+                values.update(drafter.gauges())
+            except Exception:  # noqa: BLE001 - a gauge is telemetry: it never fails a request
+                log.exception("drafter %r failed to report its gauges", drafter.name)
         if values:
             self.observers.notify("on_gauges", self.target_model.name, values)
+
+    def teach(self, drafters: dict[str, Drafter], output: list[int]) -> None:
+        """A completed output teaches the drafters that learn across requests (``Drafter.learn``).
+        One that fails only misses the lesson: the output is already complete and exact, and in a
+        batch the other rows' requests go on."""
+        for drafter in drafters.values():
+            try:
+                drafter.learn(output)
+            except Exception:  # noqa: BLE001 - any drafter bug, as a failed draft is
+                log.exception("drafter %r failed to learn from a completed output", drafter.name)
 
     def request_drafters(self, key: str) -> dict[str, Drafter]:
         """The drafters one request of traffic key ``key`` uses (``Drafter.for_request``), reset."""
@@ -321,8 +339,7 @@ class SpeculativeDecoder:
 
         stats.decode_s = self._now() - decode_start
         stats.new_tokens = len(generated)
-        for drafter in drafters.values():  # a completed output teaches the drafters that learn across requests
-            drafter.learn(generated)
+        self.teach(drafters, generated)
         self.report_gauges()
         text = self.tokenizer.decode(generated, skip_special_tokens=True)
         return GenerationResult(text=text, token_ids=generated, finish_reason=stop_reason, stats=stats, steps=records)

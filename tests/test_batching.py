@@ -207,6 +207,42 @@ def test_a_drafter_failure_costs_that_row_its_drafts_only(failure):
     assert results[good].stats.accepted_tokens > 0
 
 
+class UnteachableDrafter(NgramDrafter):
+    """A lookup whose learning from completed outputs, and whose gauges, fail."""
+
+    name = "unteachable"
+
+    def learn(self, output):
+        raise RuntimeError("learn bug")
+
+    def gauges(self):
+        raise RuntimeError("gauge bug")
+
+
+def test_a_drafter_that_fails_to_learn_or_report_gauges_fails_no_request():
+    target = loaded(tiny_llama(seed=0))
+    class Ends:  # an observer: gauges are reported only where there is one
+        def __init__(self):
+            self.ends, self.gauges = 0, []
+
+        def on_request_end(self, request, result, error):
+            self.ends += error is None
+
+        def on_gauges(self, model, values):
+            self.gauges.append(values)
+
+    spy = Ends()
+    decoder = SpeculativeDecoder(target, [UnteachableDrafter()], observers=[spy])
+    engine = BatchedDecoder(decoder, max_batch=4)
+    ids = [engine.submit(p, policy=StaticPolicy("unteachable", 6), max_new_tokens=12) for p in (COPY, PROMPTS[1])]
+    results = engine.run()
+    plain = SpeculativeDecoder(target)
+    assert [results[i].token_ids for i in ids] == [plain.generate(p, max_new_tokens=12).token_ids for p in (COPY, PROMPTS[1])]
+    alone = decoder.generate(COPY, max_new_tokens=12, policy=StaticPolicy("unteachable", 6))
+    assert alone.token_ids == results[ids[0]].token_ids
+    assert spy.ends == 3 and decoder.observers.errors == 0  # every request ended without an error
+
+
 def test_a_learning_controller_serves_one_row_at_a_time(decoder):
     shared = policy("adaptive")
     engine = BatchedDecoder(decoder, max_batch=4)

@@ -481,8 +481,7 @@ class BatchedDecoder:
         self._release(row)
         row.stats.decode_s = decoder._now() - row.started_s - row.stats.prefill_s
         row.stats.new_tokens = len(row.generated)
-        for drafter in row.drafters.values():  # a completed output teaches the drafters that learn across requests
-            drafter.learn(row.generated)
+        decoder.teach(row.drafters, row.generated)
         decoder.report_gauges()
         text = decoder.tokenizer.decode(row.generated, skip_special_tokens=True)
         result = GenerationResult(text=text, token_ids=row.generated, finish_reason=row.stop_reason, stats=row.stats,
