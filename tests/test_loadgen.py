@@ -105,6 +105,19 @@ def test_a_bad_schedule_names_the_parameter(text, says):
     assert info.value.name == "schedule"
 
 
+@pytest.mark.parametrize("data, says", [
+    (b"\xff\xfe[]", "byte 0xff at offset 0 is not valid UTF-8"),
+    (b'[{"seconds": 1' + b"0" * 400 + b', "kind": "copy"}]', "must be > 0 seconds"),
+    (b'[{"seconds": 5, "mix": {"copy": 1' + b"0" * 400 + b"}}]", "must be a finite number > 0"),
+])
+def test_a_schedule_file_that_is_not_utf8_or_holds_a_huge_integer_is_refused_naming_schedule(tmp_path, data, says):
+    path = tmp_path / "schedule.json"
+    path.write_bytes(data)
+    with pytest.raises(InvalidParameterError, match=says) as info:
+        parse_schedule(str(path))
+    assert info.value.name == "schedule"
+
+
 def test_a_schedule_kind_without_prompts_is_refused_with_the_kinds_there():
     with pytest.raises(InvalidParameterError, match=r"unknown kind 'chat'; the prompt file has copy, open") as info:
         check_kinds(parse_schedule("copy:10,chat:10"), PROMPTS)

@@ -29,6 +29,7 @@ import itertools
 import json
 import math
 import random
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,9 @@ def _phases_from_file(path: Path, param: str) -> list[Phase]:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidParameterError(param, str(path), f"cannot read it ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidParameterError(param, str(path), f"byte 0x{exc.object[exc.start]:02x} at offset {exc.start} "
+                                    "is not valid UTF-8") from None
     if path.suffix.lower() == ".json":
         try:
             data = json.loads(raw)
@@ -141,6 +145,8 @@ def _phases_from_file(path: Path, param: str) -> list[Phase]:
 def _phase(seconds: object, mix: dict, where: str, param: str) -> Phase:
     try:
         value = float(seconds)
+    except OverflowError:  # an integer too large for a float: as endless as inf
+        value = math.inf
     except (TypeError, ValueError):
         raise InvalidParameterError(param, where, f"phase length {seconds!r} is not a number of seconds") from None
     if not (value > 0 and math.isfinite(value)):
@@ -149,8 +155,9 @@ def _phase(seconds: object, mix: dict, where: str, param: str) -> Phase:
     for kind, weight in mix.items():
         if not isinstance(kind, str) or not kind.strip():
             raise InvalidParameterError(param, where, f"kind {kind!r} must be non-empty text")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (weight > 0 and math.isfinite(weight)):
-            raise InvalidParameterError(param, where, f"weight {weight!r} of kind {kind!r} must be a number > 0")
+        # a comparison, not math.isfinite, which raises on an integer too large for a float; refuses nan too
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= sys.float_info.max:
+            raise InvalidParameterError(param, where, f"weight {weight!r} of kind {kind!r} must be a finite number > 0")
         weights[kind.strip()] = float(weight)
     return Phase(value, weights)
 
