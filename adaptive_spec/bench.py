@@ -73,6 +73,21 @@ def parse_config(name: str) -> BenchConfig:
     return BenchConfig(name, drafters, lambda: make_policy(name, list(drafters)))
 
 
+def bench_configs(config_names: list[str]) -> list[BenchConfig]:
+    """The configs a run measures: ``config_names`` parsed, with ``plain`` first when it is not
+    among them (the reference every output is compared with). A name given twice is refused: its
+    runs would share one row per prompt, each round counted twice, as if ``rounds`` were doubled."""
+    seen = set()
+    for name in config_names:
+        if name in seen:
+            raise InvalidParameterError("configs", name, "given twice; name each config once")
+        seen.add(name)
+    configs = [parse_config(name) for name in config_names]
+    if "plain" not in config_names:
+        configs.insert(0, parse_config("plain"))
+    return configs
+
+
 def run_bench(
     target: LoadedModel,
     prompts: list[Prompt],
@@ -105,9 +120,7 @@ def run_bench(
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:  # outputs are compared with plain's by id: a repeated id compares two prompts
         raise InvalidParameterError("prompts", repeated, "duplicate ids; each prompt needs its own")
-    configs = [parse_config(name) for name in config_names]
-    if "plain" not in config_names:
-        configs.insert(0, parse_config("plain"))  # the reference every output is compared with
+    configs = bench_configs(config_names)
     names = [c.name for c in configs]
     state = bench_checkpoint.BenchState(
         bench_checkpoint.signature(target.name, prompts, names, max_new_tokens, rounds, record_steps))

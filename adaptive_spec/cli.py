@@ -201,7 +201,8 @@ def bench(
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="Save the run's state here after every prompt; the same command run again resumes from it (a long run survives being stopped). A pickle: resume only from files you wrote."),
 ) -> None:
     """Run configs side by side on the same prompts (greedy) and compare with plain decoding."""
-    from adaptive_spec.bench import markdown_paired, markdown_table, parse_config, render_paired, render_table, run_bench
+    from adaptive_spec import bench_checkpoint
+    from adaptive_spec.bench import bench_configs, markdown_paired, markdown_table, render_paired, render_table, run_bench
     from adaptive_spec.models import load_model
     from adaptive_spec.outputs import write_json_atomic
     from adaptive_spec.prompts import select_split
@@ -213,11 +214,15 @@ def bench(
     if split is not None:
         rows = select_split(rows, split, str(prompts))
     check_writable(out, "out")
+    names = [c.strip() for c in configs.split(",") if c.strip()]
+    measured = bench_configs(names)
+    for config in measured:
+        check_drafters(config.drafters, "configs", config.name)
     if checkpoint is not None:
         check_writable(checkpoint, "checkpoint")
-    names = [c.strip() for c in configs.split(",") if c.strip()]
-    for name in names:
-        check_drafters(parse_config(name).drafters, "configs", name)
+        # a checkpoint that is not one, or another command's, is refused now, not once the model has loaded
+        bench_checkpoint.load(checkpoint, bench_checkpoint.signature(
+            model, rows, [c.name for c in measured], max_new_tokens, rounds, steps))
     observers = _observers(telemetry)
     torch_device, torch_dtype = _setup_runtime(device, dtype)
     check_model_cache(model)

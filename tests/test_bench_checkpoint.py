@@ -119,3 +119,44 @@ def test_the_cli_refuses_a_checkpoint_it_cannot_write_before_loading_a_model(mon
     result = CliRunner().invoke(app, ["bench", "--prompts", "benchmarks/engine.jsonl", "--configs", "plain",
                                       "--telemetry", "off", "--checkpoint", str(tmp_path)])
     assert isinstance(result.exception, InvalidParameterError) and result.exception.name == "checkpoint"
+
+
+@pytest.mark.parametrize("written", ["garbage", "another command"])
+def test_the_cli_refuses_a_checkpoint_it_cannot_resume_before_loading_a_model(monkeypatch, tmp_path, written):
+    from typer.testing import CliRunner
+
+    from adaptive_spec import models
+    from adaptive_spec.cli import app
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad input was refused")
+
+    path = tmp_path / "run.ckpt"
+    if written == "garbage":
+        path.write_bytes(b"not a pickle")
+    else:  # the same command but for its token budget
+        from adaptive_spec.prompts import load_prompts
+
+        state = bench_checkpoint.BenchState(bench_checkpoint.signature(
+            "smollm2", load_prompts("benchmarks/engine.jsonl"), ["plain"], 8, 1, False))
+        bench_checkpoint.save(path, state)
+    monkeypatch.setattr(models, "load_model", refuse)
+    result = CliRunner().invoke(app, ["bench", "--prompts", "benchmarks/engine.jsonl", "--configs", "plain",
+                                      "--telemetry", "off", "--max-new-tokens", "16", "--checkpoint", str(path),
+                                      "--out", str(tmp_path / "bench.json")])
+    assert isinstance(result.exception, InvalidParameterError) and result.exception.name == "checkpoint"
+
+
+def test_a_config_named_twice_is_refused_before_loading_a_model(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from adaptive_spec import models
+    from adaptive_spec.cli import app
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    result = CliRunner().invoke(app, ["bench", "--prompts", "benchmarks/engine.jsonl", "--configs",
+                                      "plain,static:ngram:8,static:ngram:8", "--telemetry", "off",
+                                      "--out", str(tmp_path / "bench.json")])
+    assert isinstance(result.exception, InvalidParameterError)
+    assert (result.exception.name, result.exception.value) == ("configs", "static:ngram:8")
+    assert "given twice" in str(result.exception)
