@@ -243,7 +243,8 @@ def time_drafters(decoder: SpeculativeDecoder, context_ids: list[int], repeats: 
 
 
 def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_new_tokens: int,
-                       per_prompt: bool = False, streams: dict | None = None) -> dict:
+                       per_prompt: bool = False, streams: dict | None = None,
+                       progress: Callable[[str], None] | None = None) -> dict:
     """Per class and drafter: conditional per-position acceptance and hit rate; the classes are the
     prompts' kinds, and with ``per_prompt`` also their ids. ``streams``, when given, receives each
     prompt's tokens and its greedy answer's by prompt id (``record_streams``' form), from the same runs."""
@@ -253,7 +254,9 @@ def measure_acceptance(decoder: SpeculativeDecoder, prompts: list[Prompt], max_n
     counts: dict = defaultdict(lambda: {"tested": [0] * ACCEPTANCE_K, "accepted": [0] * ACCEPTANCE_K, "steps": 0, "hits": 0})
     # n-gram drafts, split by the kind of match (order, ambiguous) the engine's match gate sees
     kinds: dict = defaultdict(lambda: {"tested": [0] * ACCEPTANCE_K, "accepted": [0] * ACCEPTANCE_K, "steps": 0, "hits": 0})
-    for prompt in prompts:
+    for index, prompt in enumerate(prompts, 1):
+        if progress is not None:  # the longest part of a calibration: a generation per prompt and drafter
+            progress(f"acceptance [{index}/{len(prompts)}] {prompt.id}")
         for name in decoder.drafters:
             if name == "none":
                 continue
@@ -364,7 +367,7 @@ def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int =
     draft = time_drafters(decoder, context, repeats)
     say("acceptance")
     streams: dict | None = {} if per_prompt else None  # a class per prompt: its tokens too
-    acceptance = measure_acceptance(decoder, prompts, max_new_tokens, per_prompt, streams)
+    acceptance = measure_acceptance(decoder, prompts, max_new_tokens, per_prompt, streams, progress=say)
     decoder.target.reset()
     return {
         "format": "adaptive-spec-profile/1",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -42,6 +44,38 @@ def _setup_runtime(device: str, dtype: str):
     elif device != "cpu" and not device.startswith("cuda"):
         raise InvalidParameterError("device", device, "expected auto, cpu, cuda or cuda:N")
     return torch.device(device), getattr(torch, dtype)
+
+
+PROGRESS_DELAY_S = 2.0  # work that ends sooner prints no progress: a refused input stays one error line
+PROGRESS_INTERVAL_S = 10.0  # then a line this often in a log: it shows the run is alive, not every step
+
+
+@contextmanager
+def _progress(text: str):
+    """Long work's progress on stderr; yields ``say(message)``, which replaces ``text``. On a
+    terminal rich's spinner; elsewhere (a log, a pipe), where the spinner prints nothing, the latest
+    message as a line every ``PROGRESS_INTERVAL_S``, from ``PROGRESS_DELAY_S`` on (a thread: a
+    model load says nothing while it runs). Both are text, not markup: a model path or a prompt id
+    may hold brackets."""
+    if err.is_terminal:
+        with err.status(escape(text)) as status:
+            yield lambda message: status.update(escape(message))
+        return
+    latest, done = [text], threading.Event()
+
+    def report() -> None:
+        wait = PROGRESS_DELAY_S
+        while not done.wait(wait):
+            err.print(latest[0], markup=False, highlight=False, soft_wrap=True)
+            wait = PROGRESS_INTERVAL_S
+
+    reporter = threading.Thread(target=report, name="progress", daemon=True)
+    reporter.start()
+    try:
+        yield lambda message: latest.__setitem__(0, message)
+    finally:
+        done.set()
+        reporter.join()
 
 
 TELEMETRY_HELP = ("sqlite | sqlite:PATH | prometheus:[HOST:]PORT (HOST default 127.0.0.1; 0.0.0.0 = all interfaces) | otlp | off, comma-separated to combine. Default: the embedded "
@@ -81,7 +115,7 @@ def _load_decoder(model: str, drafters: list[str], torch_device, torch_dtype, ch
     from adaptive_spec.models import load_model
 
     check_model_cache(model)
-    with err.status(f"loading {model} ..."):
+    with _progress(f"loading {model} ..."):
         target = load_model(model, device=torch_device, dtype=torch_dtype)
         built = []
         for spec in dict.fromkeys(drafters):
@@ -226,10 +260,10 @@ def bench(
     observers = _observers(telemetry)
     torch_device, torch_dtype = _setup_runtime(device, dtype)
     check_model_cache(model)
-    with err.status(f"loading {model} ..."):
+    with _progress(f"loading {model} ..."):
         target = load_model(model, device=torch_device, dtype=torch_dtype)
-    with err.status("benchmarking ...") as status:
-        result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: status.update(f"benchmarking {msg}"),
+    with _progress("benchmarking ...") as say:
+        result = run_bench(target, rows, names, max_new_tokens, progress=lambda msg: say(f"benchmarking {msg}"),
                            record_steps=steps, observers=observers, rounds=rounds, checkpoint=checkpoint)
     result["prompts_file"] = str(prompts)  # RESULTS.md names the file a result was run on
     if split is not None:
@@ -317,13 +351,13 @@ def calibrate(
     if existing is not None:
         from adaptive_spec.calibrate import record_streams
 
-        with err.status(f"recording {len(rows)} prompts' greedy answers ..."):
+        with _progress(f"recording {len(rows)} prompts' greedy answers ..."):
             existing.setdefault("streams", {}).update(record_streams(decoder, rows, max_new_tokens))
         write_json_atomic(out, existing, "out")
         err.print(f"wrote streams of {len(rows)} prompts into {out}", soft_wrap=True)
         return
-    with err.status("calibrating ...") as status:
-        profile = run_calibration(decoder, rows, repeats, max_new_tokens, progress=lambda m: status.update(f"calibrating: {m}"),
+    with _progress("calibrating ...") as say:
+        profile = run_calibration(decoder, rows, repeats, max_new_tokens, progress=lambda m: say(f"calibrating: {m}"),
                                   per_prompt=per_prompt, batch_sizes=sizes)
     plain = next(v["seconds"] for v in profile["verify"] if v["tokens"] == 1)
     classes = list(profile["acceptance"])
@@ -409,8 +443,8 @@ def validate_sim(
     sim_profile = _check_simulator_inputs(profile, rows, policy, seed)
     decoder = _load_decoder(model, names, torch_device, torch_dtype, None)
     trace = make_trace(decoder, rows, rate, requests, output_tokens, seed)
-    with err.status("serving the trace on the real engine ...") as status:
-        served = run_real(decoder, trace, policy, progress=lambda m: status.update(f"real engine: {m}"))
+    with _progress("serving the trace on the real engine ...") as say:
+        served = run_real(decoder, trace, policy, progress=lambda m: say(f"real engine: {m}"))
     measured = summarize_real(served)
     predicted = simulate_trace(served, sim_profile, policy, seed)  # what was served, at the lengths produced
     table = Table(title=f"simulator vs real engine · {requests} requests · Poisson {rate}/s · {policy}")

@@ -93,3 +93,9 @@ def test_a_prompt_class_is_never_shorter_than_its_kind(decoder):
     for prompt in PROMPTS:
         own, kind = out[prompt.id]["ngram"]["per_position"], out[prompt.kind]["ngram"]["per_position"]
         assert len(own) >= len(kind)
+
+
+def test_acceptance_says_each_prompt_as_it_starts(decoder):
+    said = []
+    measure_acceptance(decoder, PROMPTS, max_new_tokens=8, progress=said.append)
+    assert said == [f"acceptance [{i}/{len(PROMPTS)}] {p.id}" for i, p in enumerate(PROMPTS, 1)]

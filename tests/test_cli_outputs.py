@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from adaptive_spec import models
 from adaptive_spec.cli import app
-from adaptive_spec.errors import InvalidParameterError
+from adaptive_spec.errors import AdaptiveSpecError, InvalidParameterError
 from tiny import loaded, one_thread, tiny_llama
 
 runner = CliRunner()
@@ -119,3 +119,47 @@ def test_an_atomic_write_replaces_the_file_with_the_permissions_a_plain_write_gi
     out = write_json_atomic(tmp_path / "atomic.json", {"a": [1, 2]}, "out")
     assert json.loads(out.read_text()) == {"a": [1, 2]}
     assert out.stat().st_mode == plain.stat().st_mode
+
+
+def test_bench_says_how_far_it_is_in_lines_when_stderr_is_not_a_terminal_and_brackets_are_text(monkeypatch, tmp_path):
+    import threading
+
+    from adaptive_spec import cli
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "1 2 3 1 2"}\n{"id": "[/x]", "prompt": "4 5 6 7"}\n')
+    printed = threading.Event()
+    real_print = cli.err.print
+
+    def note(*args, **kwargs):
+        real_print(*args, **kwargs)
+        printed.set()
+
+    def generate_once_a_line_is_out(self, *args, **kwargs):  # each generation waits for a progress line
+        assert printed.wait(30), "no progress line"
+        printed.clear()
+        return real_generate(self, *args, **kwargs)
+
+    from adaptive_spec.decoder import SpeculativeDecoder
+
+    real_generate = SpeculativeDecoder.generate
+    monkeypatch.setattr(SpeculativeDecoder, "generate", generate_once_a_line_is_out)
+    monkeypatch.setattr(cli.err, "print", note)
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: loaded(tiny_llama(seed=0)))
+    monkeypatch.setattr(cli, "PROGRESS_DELAY_S", 0.0)
+    monkeypatch.setattr(cli, "PROGRESS_INTERVAL_S", 0.01)
+    with one_thread():
+        result = runner.invoke(app, ["bench", "--prompts", str(prompts), "--configs", "plain", "--max-new-tokens", "4",
+                                     "--out", str(tmp_path / "bench.json"), "--model", "tiny", "--telemetry", "off",
+                                     "--device", "cpu"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "loading tiny ..." in result.stderr
+    assert "benchmarking [1/2] a · plain" in result.stderr and "benchmarking [2/2] [/x] · plain" in result.stderr
+
+
+def test_a_model_name_with_brackets_is_named_in_an_error_not_read_as_markup():
+    # no such model: resolving the name fails at once, inside the "loading" status that showed it
+    result = runner.invoke(app, ["generate", "-p", "hi", "--model", "[/x]", "--device", "cpu", "--telemetry", "off"])
+    assert isinstance(result.exception, AdaptiveSpecError), result.exception  # a line of its own, exit status 2
+    assert "'[/x]'" in str(result.exception)
+    assert result.stderr == ""  # it failed at once: no progress line before the error
