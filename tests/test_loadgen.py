@@ -457,3 +457,22 @@ def test_bad_input_is_one_line_naming_the_parameter(args, name, prompt_file, tmp
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
     assert err.startswith(f"error: invalid {name}=") and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_progress_is_a_line_now_and_then_when_stderr_is_not_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from adaptive_spec.loadgen.cli import _Progress
+
+    stream = io.StringIO()  # a log: rich's bar would only show once the run ends
+    progress = _Progress(Console(file=stream), LoadConfig(num_requests=3), quiet=False)
+    progress.interval_s = 0.0  # every finished request a line
+    with progress:
+        progress.start("[/m]")
+        progress.done(_record(0, 0.1, 0.2, 4))
+        progress.done(_record(1, 0.1, 0.2, 4, status=500))
+    lines = stream.getvalue().splitlines()
+    assert [line.split(",")[:2] for line in lines] == [["loadgen [/m]: 1/3 requests finished", " 0 failed"],
+                                                       ["loadgen [/m]: 2/3 requests finished", " 1 failed"]]

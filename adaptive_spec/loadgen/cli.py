@@ -118,11 +118,17 @@ def _json_object(text: str | None, param: str) -> dict | None:
 
 
 class _Progress:
-    """A progress bar of finished requests on stderr, shown once the server has answered; none when quiet."""
+    """Finished requests on stderr, once the server has answered; nothing when quiet. On a terminal a
+    bar; elsewhere (a log, a pipe), where the bar would only show at the end, a line every
+    ``interval_s`` seconds."""
+
+    interval_s = 10.0
 
     def __init__(self, console, config, quiet: bool) -> None:
         self.console, self.config, self.quiet = console, config, quiet
-        self.bar, self.failed = None, 0
+        self.bar, self.failed, self.finished = None, 0, 0
+        self.lines = False  # a line now and then instead of the bar
+        self.model, self.started, self.next_line = "", 0.0, 0.0
 
     def __enter__(self) -> "_Progress":
         return self
@@ -130,17 +136,35 @@ class _Progress:
     def start(self, model: str) -> None:
         if self.quiet:
             return
+        import time
+
+        from rich.markup import escape
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(TextColumn(f"loadgen {model}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        self.model, self.started = model, time.monotonic()
+        if not self.console.is_terminal:
+            self.lines, self.next_line = True, self.started + self.interval_s
+            return
+        self.bar = Progress(TextColumn(f"loadgen {escape(model)}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                             TextColumn("{task.fields[failed]} failed"), console=self.console)
         self.task = self.bar.add_task("requests", total=self.config.request_limit, failed=0)
         self.bar.start()
 
     def done(self, record) -> None:
         self.failed += not record.ok
+        self.finished += 1
         if self.bar is not None:
             self.bar.update(self.task, advance=1, failed=self.failed)
+        elif self.lines:
+            import time
+
+            now = time.monotonic()
+            if now >= self.next_line:
+                limit = self.config.request_limit
+                self.console.print(f"loadgen {self.model}: {self.finished}" + (f"/{limit}" if limit else "")
+                                   + f" requests finished, {self.failed} failed, {now - self.started:.0f} s elapsed",
+                                   markup=False, highlight=False, soft_wrap=True)
+                self.next_line = now + self.interval_s
 
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
