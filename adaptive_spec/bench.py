@@ -88,6 +88,17 @@ def bench_configs(config_names: list[str]) -> list[BenchConfig]:
     return configs
 
 
+def check_prompts_fit(decoder: SpeculativeDecoder, prompts: list[Prompt], encoded: list[list[int]],
+                      cfg: GenerationConfig) -> None:
+    """Every prompt and the token budget fit the model's context, checked before the first
+    generation: a long prompt late in the file must not end a run there. The error names the prompt."""
+    for prompt, ids in zip(prompts, encoded):
+        try:
+            decoder.check_fits(ids, cfg)
+        except InvalidParameterError as exc:
+            raise InvalidParameterError(exc.name, exc.value, f"prompt {prompt.id!r}: {exc.reason}") from None
+
+
 def run_bench(
     target: LoadedModel,
     prompts: list[Prompt],
@@ -139,6 +150,7 @@ def run_bench(
         for c in configs if c.peer
     }
     encoded = [decoder.encode_prompt(p.prompt) for p in prompts]
+    check_prompts_fit(decoder, prompts, encoded, gen_cfg)
 
     def run_one(c: BenchConfig, ids: list[int], cfg: GenerationConfig, key: str = "") -> dict:
         if c.peer:

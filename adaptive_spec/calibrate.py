@@ -37,7 +37,7 @@ from typing import Callable, Hashable, Sequence
 
 import torch
 
-from adaptive_spec.bench import Prompt
+from adaptive_spec.bench import Prompt, check_prompts_fit
 from adaptive_spec.cached_lm import CachedLM
 from adaptive_spec.config import GenerationConfig
 from adaptive_spec.decoder import SpeculativeDecoder
@@ -320,6 +320,7 @@ def record_streams(decoder: SpeculativeDecoder, prompts: list[Prompt], max_new_t
     """Each prompt's token ids and its greedy answer's (plain decoding), by prompt id: a profile's
     ``streams``, on which the simulator runs prompt lookup as the engine does."""
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
+    check_prompts_fit(decoder, prompts, [decoder.encode_prompt(p.prompt) for p in prompts], cfg)
     return {p.id: {"prompt": decoder.encode_prompt(p.prompt),
                    "output": list(decoder.generate(p.prompt, cfg, policy=StaticPolicy(PLAIN, 0)).token_ids)}
             for p in prompts}
@@ -358,6 +359,9 @@ def calibrate(decoder: SpeculativeDecoder, prompts: list[Prompt], repeats: int =
               progress: Callable[[str], None] | None = None, per_prompt: bool = False,
               batch_sizes: Sequence[int] = ()) -> dict:
     say = progress or (lambda _: None)
+    # the acceptance pass comes last: a prompt that does not fit fails now, not after the timing
+    check_prompts_fit(decoder, prompts, [decoder.encode_prompt(p.prompt) for p in prompts],
+                      GenerationConfig(max_new_tokens=max_new_tokens))
     say("prefill and verify steps" + (f", batched ({', '.join(map(str, batch_sizes))} rows) and riding prompts"
                                       if batch_sizes else "") + f": {repeats} interleaved passes")
     timed = time_steps(decoder, repeats, batch_sizes)

@@ -91,3 +91,12 @@ def test_results_md_renders_a_new_bench_file_s_intervals(result):
     assert text.splitlines()[0] == "| config | all | copy | open |"
     assert [line.split(" |")[0] for line in text.splitlines()[2:]] == ["| `static:ngram:4`", "| `adaptive`"]
     assert "| `adaptive` |" in bench_sections.bench_table(data)
+
+
+def test_a_prompt_that_does_not_fit_is_refused_by_id_before_any_prompt_runs():
+    target = loaded(tiny_llama(seed=0))  # a context of 256 tokens
+    prompts = [Prompt("a", "1 2 3 1 2 3 1 2", "copy"), Prompt("long", " ".join(["5"] * 250), "open")]
+    started = []
+    with pytest.raises(InvalidParameterError, match="prompt 'long': prompt \\(250 tokens\\)") as info:
+        run_bench(target, prompts, ["plain", "static:ngram:4"], 8, progress=started.append)
+    assert info.value.name == "max_new_tokens" and started == []

@@ -99,3 +99,11 @@ def test_acceptance_says_each_prompt_as_it_starts(decoder):
     said = []
     measure_acceptance(decoder, PROMPTS, max_new_tokens=8, progress=said.append)
     assert said == [f"acceptance [{i}/{len(PROMPTS)}] {p.id}" for i, p in enumerate(PROMPTS, 1)]
+
+
+def test_a_prompt_that_does_not_fit_is_refused_before_the_timing_passes(decoder, monkeypatch):
+    monkeypatch.setattr(calibrate_module, "time_steps", lambda *a, **k: pytest.fail("timed before the check"))
+    too_long = [PROMPTS[0], Prompt("long", "<5>" * 250, kind="other")]  # the tiny model's context: 256
+    with pytest.raises(InvalidParameterError, match="prompt 'long'") as info:
+        calibrate_module.calibrate(decoder, too_long, repeats=1, max_new_tokens=8)
+    assert info.value.name == "max_new_tokens"
