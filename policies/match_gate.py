@@ -167,7 +167,8 @@ class MatchGate:
         A length of 0 is always allowed, so this is at least plain speed (less the lookup's own
         cost, which the engine measures and the guard sees) whenever each kind's length is
         optimal for the current costs; between repricings (``REPRICE_EVERY``) a kind's length
-        was optimal for the costs of up to 16 pricings ago."""
+        was optimal for the costs of up to 16 pricings ago. NaN too while every length it would use
+        is priced at 0 s (steps timed at 0 s): no speed to compare."""
         if not self.seen:
             return float("nan")
         seconds = self._verify_s_by_k(self.max_k)
@@ -196,7 +197,7 @@ class MatchGate:
                 tokens, spent = expected[k], seconds[k]
             tokens_sum += weight * tokens
             seconds_sum += weight * spent
-        return tokens_sum / seconds_sum
+        return tokens_sum / seconds_sum if seconds_sum > 0 else float("nan")
 
     def learn(self, order: int | None, k: int, num_accepted: int, ambiguous: bool = False) -> None:
         """A verified draft of ``k`` tokens from a match of ``order`` had ``num_accepted`` accepted."""

@@ -72,6 +72,17 @@ def test_gate_needs_measured_costs_before_cutting():
     assert math.isnan(g.tokens_per_s())
 
 
+def test_a_gate_whose_costs_were_timed_at_zero_seconds_prices_nothing_instead_of_dividing_by_zero():
+    g = MatchGate(16, lambda n: [0.0] * (n + 1), 16.0, 0.5, 2.0, 8.0)  # every step timed at 0 s
+    g.note_miss()
+    assert math.isnan(g.tokens_per_s())
+    policy = AdaptivePolicy(["ngram"])  # the policy prices the drafter without the gate then
+    policy.observe(StepOutcome("none", 0, 0, 0, 1, 0.0, 0.0))
+    policy.observe(StepOutcome("ngram", 4, 0, 0, 1, 0.0, 0.0))  # a lookup miss
+    policy.draft_gate("ngram").note_miss()
+    assert policy.plans()["ngram"].k >= 1 and policy.decide().k >= 0
+
+
 def test_adaptive_policy_learns_the_gate_from_outcomes_and_can_turn_it_off():
     policy = AdaptivePolicy(["ngram"])
     g = policy.draft_gate("ngram")
