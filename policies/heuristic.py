@@ -45,10 +45,11 @@ class HeuristicPolicy(Policy):
     def observe(self, outcome: StepOutcome) -> None:
         if outcome.drafter != self.drafter or outcome.k == 0:
             return  # a step forced by an override on another drafter says nothing about this one
+        # clamped both ways: an override may have forced a k beyond max_k on this drafter
         if outcome.num_accepted == outcome.k:
             self.k = min(outcome.k + 2, self.max_k)
         else:
-            self.k = max(1, outcome.k - 1)
+            self.k = min(max(1, outcome.k - 1), self.max_k)
 
     def k_for(self, drafter: str) -> int | None:
         return self.k if drafter == self.drafter else None

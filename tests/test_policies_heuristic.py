@@ -31,6 +31,12 @@ def test_k_never_drops_below_one_and_never_exceeds_max_k():
     assert policy.decide().k == 5
 
 
+def test_a_step_forced_beyond_max_k_does_not_lift_k_past_max_k():
+    policy = HeuristicPolicy("int8", start_k=4, max_k=16)
+    policy.observe(outcome(64, 10))  # an override forced k = 64 on this drafter; a rejection
+    assert policy.decide().k == 16
+
+
 def test_outcomes_of_other_drafters_and_plain_steps_are_ignored():
     policy = HeuristicPolicy("int8", start_k=4)
     policy.observe(outcome(4, 4, drafter="ngram"))
