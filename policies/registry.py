@@ -129,7 +129,7 @@ def parse_spec(spec: str) -> PolicySpec:
         drafter, sep, k_text = rest.rpartition(":")
         if not sep or not drafter:
             raise ValueError(f"a static spec must be 'static:<drafter>:<k>', got spec={spec!r}")
-        if not k_text.isdigit():
+        if not (k_text.isascii() and k_text.isdigit()):  # str.isdigit alone takes '²', which int() refuses
             raise ValueError(f"k in a static spec must be an integer >= 0, got k={k_text!r} in spec={spec!r}")
         if drafter == PLAIN:
             return PolicySpec("plain", PLAIN, 0, options)

@@ -91,6 +91,8 @@ BAD_SPECS = [
     ("static::4", "a static spec must be 'static:<drafter>:<k>'"),
     ("static:ngram:4:", "k in a static spec must be an integer >= 0, got k=''"),
     ("static:ngram:-1", "k in a static spec must be an integer >= 0, got k='-1'"),
+    ("static:ngram:\u00b2", "k in a static spec must be an integer >= 0, got k='\u00b2'"),
+    ("static:ngram:\u0663", "k in a static spec must be an integer >= 0, got k='\u0663'"),
     ("heuristic:", "a heuristic spec must name a drafter"),
     ("heuristic:+start_k=2", "a heuristic spec must name a drafter"),
     ("adaptive+", "each option must be '<name>=<value>', got ''"),
