@@ -77,6 +77,21 @@ def test_stream_joins_to_the_non_streamed_text_and_carries_usage(api, reference)
         assert chunks[-1].model_extra["metrics"]["speculative_decoding"]["num_draft_tokens"] >= 0
 
 
+def test_a_stop_string_ends_the_answer_and_is_left_out_of_it_streamed_or_not(api, reference):
+    full = reference[PROMPTS[0]]
+    tokens = full.replace("><", ">\n<").split("\n")  # the tiny tokenizer's text: "<38><62>..."
+    stop = tokens[5] + tokens[6]
+    expected = full[:full.index(stop)]  # OpenAI: "the returned text will not contain the stop sequence"
+    speculation = {"speculation": {"mode": "static", "drafter": "ngram", "k": 4}}
+    out = api.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=24, temperature=0, stop=[stop],
+                                 extra_body=speculation)
+    assert out.choices[0].finish_reason == "stop" and out.choices[0].text == expected
+    chunks = list(api.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=24, temperature=0, stop=[stop],
+                                         stream=True, extra_body=speculation))
+    assert "".join(c.choices[0].text for c in chunks) == expected
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
 def test_chat_goes_through_the_template(api, served):
     decoder = served[2]
     messages = [{"role": "system", "content": "<4> <4>"}, {"role": "user", "content": "<6> <7> <6> <7>"}]

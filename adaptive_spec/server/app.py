@@ -301,13 +301,21 @@ async def _stream(job: Job, request_id: str, model: str, chat: bool, include_usa
     """Server-sent events: text chunks, a final chunk with the finish reason, usage if asked, [DONE].
     A failure after the stream started is sent as an error event, then [DONE]."""
     first, finished = True, False
+    stops, unsent = job.config.stop_strings, ""  # unsent: text that may be, or begin, a stop string
     try:
         while True:
             kind, value = await job.events.get()
             if kind == "text":
-                yield _event(responses.chunk(request_id, model, chat, value, first=first))
-                first = False
+                unsent += value
+                ready = responses.sendable(unsent, stops)
+                if ready:
+                    yield _event(responses.chunk(request_id, model, chat, unsent[:ready], first=first))
+                    first, unsent = False, unsent[ready:]
             elif kind == "done":
+                rest = responses.cut_at_stop(unsent, stops)  # no more text comes to complete a stop string
+                if rest:
+                    yield _event(responses.chunk(request_id, model, chat, rest, first=first))
+                    first = False
                 yield _event(responses.chunk(request_id, model, chat, "" if first and chat else None,
                                              responses.FINISH[value.finish_reason], first=first))
                 if include_usage:

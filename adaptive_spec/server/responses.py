@@ -19,6 +19,34 @@ from adaptive_spec.server.worker import Job
 FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
 
 
+def cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
+    """``text`` before its first stop string: OpenAI's answers leave the stop sequence out, while
+    the engine's text ends with it (as transformers' ``stop_strings`` does).
+
+    >>> cut_at_stop("<1><5><2><5>", ("<9>", "<5>")), cut_at_stop("<1><2>", ("<5>",))
+    ('<1>', '<1><2>')
+    """
+    found = [i for i in (text.find(stop) for stop in stops) if i >= 0]
+    return text[:min(found)] if found else text
+
+
+def sendable(unsent: str, stops: tuple[str, ...]) -> int:
+    """How many characters of a stream's ``unsent`` text can go out now: those before a stop string,
+    and none of a tail that the next text could complete into one (the engine's stream holds such a
+    tail back only until its step ends with the stop string, which it then sends).
+
+    >>> sendable("<1><5><2>", ("<5>",)), sendable("<1><", ("<5>",)), sendable("<1><2>", ("<5>",))
+    (3, 3, 6)
+    """
+    cut = len(cut_at_stop(unsent, stops))
+    if cut < len(unsent) or not stops:
+        return cut
+    for start in range(max(0, len(unsent) - max(map(len, stops)) + 1), len(unsent)):
+        if any(stop.startswith(unsent[start:]) for stop in stops):
+            return start
+    return len(unsent)
+
+
 def usage(result: GenerationResult) -> dict:
     s = result.stats
     return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.new_tokens,
@@ -50,14 +78,16 @@ def metrics(result: GenerationResult, job: Job) -> dict:
 
 def completion(request_id: str, model: str, result: GenerationResult, job: Job) -> dict:
     return {"id": request_id, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "text": result.text, "logprobs": None,
+            "choices": [{"index": 0, "text": cut_at_stop(result.text, job.config.stop_strings), "logprobs": None,
                          "finish_reason": FINISH[result.finish_reason]}],
             "usage": usage(result), "metrics": metrics(result, job)}
 
 
 def chat_completion(request_id: str, model: str, result: GenerationResult, job: Job) -> dict:
     return {"id": request_id, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text}, "logprobs": None,
+            "choices": [{"index": 0, "message": {"role": "assistant",
+                                                 "content": cut_at_stop(result.text, job.config.stop_strings)},
+                         "logprobs": None,
                          "finish_reason": FINISH[result.finish_reason]}],
             "usage": usage(result), "metrics": metrics(result, job)}
 
