@@ -158,6 +158,29 @@ def test_invalid_fields_are_400_naming_the_field(api, kwargs, param):
     assert "Traceback" not in caught.value.message
 
 
+def test_asking_for_log_probabilities_an_echo_or_best_of_is_a_400_naming_the_field(api):
+    """Answering without them would look like success; a client that needs them must be told."""
+    asks = [(api.completions.create, {"prompt": PROMPTS[0], "logprobs": 2}, "logprobs"),
+            (api.completions.create, {"prompt": PROMPTS[0], "logprobs": 0}, "logprobs"),
+            (api.completions.create, {"prompt": PROMPTS[0], "echo": True}, "echo"),
+            (api.completions.create, {"prompt": PROMPTS[0], "best_of": 3}, "best_of"),
+            (api.chat.completions.create, {"messages": [{"role": "user", "content": PROMPTS[0]}], "logprobs": True},
+             "logprobs"),
+            (api.chat.completions.create, {"messages": [{"role": "user", "content": PROMPTS[0]}], "top_logprobs": 2},
+             "top_logprobs")]
+    for create, kwargs, param in asks:
+        with pytest.raises(openai.BadRequestError) as caught:
+            create(model=MODEL, max_tokens=4, **kwargs)
+        error = caught.value.body
+        assert error["param"] == param and error["message"].startswith(f"invalid {param}="), kwargs
+    # asking for none of them is fine
+    out = api.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=4, logprobs=None, echo=False, best_of=1)
+    assert out.choices[0].logprobs is None
+    chat = api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=4,
+                                       logprobs=False)
+    assert chat.choices[0].finish_reason == "length"
+
+
 def test_prompt_errors_unknown_model_and_body_limits(api, served):
     with pytest.raises(openai.BadRequestError) as caught:
         api.completions.create(model=MODEL, prompt=[999], max_tokens=4)

@@ -1,6 +1,7 @@
 """Request bodies as OpenAI and vLLM name their fields, and what the engine makes of them.
 
-Unknown fields are ignored, as vLLM does. Speculation is steered per request by an extension
+Unknown fields are ignored, as vLLM does; known ones asking for what this server does not return
+(``n`` or ``best_of`` above 1, ``logprobs``, ``top_logprobs``, ``echo``) are refused. Speculation is steered per request by an extension
 object, ``"speculation": {"mode": "auto" | "off" | "static", "drafter": "ngram", "k": 4}``:
 ``auto`` (the default) lets the traffic key's controller choose, ``off`` decodes plainly,
 ``static`` forces a drafter and ``k`` for this request.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from adaptive_spec.config import GenerationConfig
 from adaptive_spec.errors import InvalidParameterError
@@ -45,12 +46,17 @@ class _Request(BaseModel):
     stream: bool = Field(default=False, strict=True)  # strict: "yes" is not true
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, strict=True)
+    # read only to be refused: they would change the answer, and this server cannot honour them
+    logprobs: Union[StrictBool, StrictInt, None] = None  # chat: a bool; completions: a count
+    top_logprobs: int | None = Field(default=None, strict=True)
     user: str | None = None
     speculation: Speculation | None = None
 
 
 class CompletionRequest(_Request):
     prompt: Union[str, list[int]]
+    echo: bool | None = Field(default=None, strict=True)  # refused when true, as logprobs
+    best_of: int | None = Field(default=None, strict=True)  # refused above 1, as n
 
 
 class TextPart(BaseModel):
@@ -91,7 +97,24 @@ def parse(model: type[_Request], body: bytes) -> _Request:
         raise APIError(400, f"invalid {param}{value}: {first['msg']}", param=param, code="invalid_value") from None
     if request.n != 1:
         raise APIError(400, f"invalid n={request.n}: only n=1 is supported", param="n", code="invalid_value")
+    _refuse_unsupported(request)
     return request
+
+
+def _refuse_unsupported(request: _Request) -> None:
+    """A 400 naming the first field asking for what this server does not return (log probabilities,
+    the prompt echoed, the best of several), rather than an answer without it."""
+    unsupported = {
+        "logprobs": (request.logprobs is not None and request.logprobs is not False,  # 0: the chosen tokens' own
+                     "log probabilities are not returned by this server"),
+        "top_logprobs": (bool(request.top_logprobs), "log probabilities are not returned by this server"),
+        "echo": (getattr(request, "echo", None) is True, "the prompt is not echoed by this server"),
+        "best_of": (getattr(request, "best_of", None) not in (None, 1), "only best_of=1 is supported"),
+    }
+    for name, (asked, reason) in unsupported.items():
+        if asked:
+            raise APIError(400, f"invalid {name}={getattr(request, name)!r}: {reason}", param=name,
+                           code="invalid_value")
 
 
 def _quoted(value: object, limit: int = 60) -> str:
