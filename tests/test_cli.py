@@ -45,6 +45,7 @@ def test_every_command_is_mounted():
     (["validate-sim", "--rate", "-1"], "rate"),
     (["validate-sim", "--policy", "bogus"], "policy"),
     (["serve", "--host", "0.0.0.0"], "host"),  # other machines need an API key, or an explicit opt-out
+    (["serve", "--host", "0.0.0.0", "--api-key", ""], "api_key"),  # "Authorization: Bearer" alone would match it
     (["serve", "--policy", "static:ngram"], "policy"),
     (["serve", "--max-queue", "0"], "max_queue"),
     (["serve", "--max-batch", "0"], "max_batch"),

@@ -435,3 +435,14 @@ def test_a_failed_batch_step_answers_every_job_once_and_the_worker_serves_on(mon
     assert finished == "done" and len(result.token_ids) == 3  # its result, not a 500
     assert [(kind, value.status) for kind, value in failed] == [("error", 500), ("error", 500)]
     assert after == "done" and worker.in_flight == 0
+
+
+def test_a_blank_api_key_is_refused_before_binding():
+    from adaptive_spec.errors import InvalidParameterError
+    from adaptive_spec.server.run import check_bind
+
+    for blank in ("", "  "):
+        with pytest.raises(InvalidParameterError) as caught:
+            check_bind("0.0.0.0", blank, allow_open=False)
+        assert caught.value.name == "api_key"
+    check_bind("0.0.0.0", "s3cret", allow_open=False)

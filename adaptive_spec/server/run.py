@@ -54,7 +54,10 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, api_key: str | None, allow_open: bool) -> None:
-    """Refuse to serve other machines without an API key, unless told to."""
+    """Refuse to serve other machines without an API key, unless told to, and a blank key anywhere: it
+    would let in every request with a bare ``Authorization: Bearer`` (``--api-key "$KEY"``, KEY unset)."""
+    if api_key is not None and not api_key.strip():
+        raise InvalidParameterError("api_key", api_key, "must not be blank; leave it out to serve without one")
     if not is_loopback(host) and api_key is None and not allow_open:
         raise InvalidParameterError("host", host, "binding a non-loopback address needs --api-key "
                                     "(or --allow-unauthenticated to serve other machines without one)")
