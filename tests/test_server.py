@@ -446,3 +446,9 @@ def test_a_blank_api_key_is_refused_before_binding():
             check_bind("0.0.0.0", blank, allow_open=False)
         assert caught.value.name == "api_key"
     check_bind("0.0.0.0", "s3cret", allow_open=False)
+
+
+def test_a_blank_api_key_set_in_code_admits_no_one():
+    with one_thread(), live_server(tiny_decoder(), Settings(api_key="")) as (url, _), client(url) as http:
+        for header in ({}, {"Authorization": "Bearer"}, {"Authorization": "bearer"}):
+            assert http.post("/v1/completions", json={"prompt": PROMPTS[0]}, headers=header).status_code == 401

@@ -233,7 +233,8 @@ def _authorize(request: Request, settings: Settings) -> None:
     if settings.api_key is None:
         return
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), settings.api_key.encode()):
+    # an empty token never matches, so a blank key set in code (the CLI refuses one) admits no one
+    if scheme.lower() != "bearer" or not token or not hmac.compare_digest(token.encode(), settings.api_key.encode()):
         raise APIError(401, "a valid API key is required: 'Authorization: Bearer <key>'", code="invalid_api_key")
 
 
