@@ -240,8 +240,17 @@ def test_bad_bodies_are_400_naming_the_field_and_its_value_and_the_connection_se
             answer = http.post("/v1/completions", json={**body, "max_tokens": 4})
             assert answer.status_code == 400 and answer.json()["error"]["param"] == param
             assert answer.json()["error"]["message"].startswith(f"invalid {param}={value}: ")
+        # options for a stream that is not one: a 400, as OpenAI's API answers it
+        options = http.post("/v1/completions", json={"prompt": PROMPTS[0], "stream_options": {"include_usage": True}})
+        assert options.status_code == 400 and options.json()["error"]["param"] == "stream_options"
         # and the same connection answers the next request
         assert http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 2}).status_code == 200
+
+
+def test_null_n_and_stream_are_their_defaults_as_in_openais_api(served):
+    with client(served[0]) as http:
+        answer = http.post("/v1/completions", json={"prompt": PROMPTS[0], "max_tokens": 2, "n": None, "stream": None})
+        assert answer.status_code == 200 and answer.json()["object"] == "text_completion"
 
 
 def test_an_unexpected_error_is_a_json_500_and_the_connection_serves_on(served, monkeypatch):

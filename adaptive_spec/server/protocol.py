@@ -43,9 +43,9 @@ class _Request(BaseModel):
     top_k: int | None = Field(default=None, strict=True)
     seed: int | None = Field(default=None, strict=True)
     stop: Union[str, list[str], None] = None
-    stream: bool = Field(default=False, strict=True)  # strict: "yes" is not true
+    stream: bool | None = Field(default=False, strict=True)  # strict: "yes" is not true; null: false, as OpenAI's
     stream_options: StreamOptions | None = None
-    n: int = Field(default=1, strict=True)
+    n: int | None = Field(default=1, strict=True)  # null: 1, as OpenAI's
     # read only to be refused: they would change the answer, and this server cannot honour them
     logprobs: Union[StrictBool, StrictInt, None] = None  # chat: a bool; completions: a count
     top_logprobs: int | None = Field(default=None, strict=True)
@@ -95,8 +95,11 @@ def parse(model: type[_Request], body: bytes) -> _Request:
         param = _top_field(first["loc"])
         value = "" if first["type"] == "missing" else f"={_quoted(first.get('input'))}"
         raise APIError(400, f"invalid {param}{value}: {first['msg']}", param=param, code="invalid_value") from None
-    if request.n != 1:
+    if request.n not in (None, 1):
         raise APIError(400, f"invalid n={request.n}: only n=1 is supported", param="n", code="invalid_value")
+    if request.stream_options is not None and not request.stream:  # as OpenAI's API: options for no stream
+        raise APIError(400, "invalid stream_options: only allowed when stream is true", param="stream_options",
+                       code="invalid_value")
     _refuse_unsupported(request)
     return request
 
