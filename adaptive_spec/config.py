@@ -30,6 +30,12 @@ class GenerationConfig:
     ignore_eos: bool = False  # benchmarks set it so every config generates the same length
 
     def __post_init__(self) -> None:
+        # transformers' GenerationConfig takes one stop string as a plain str; iterated as it is, "END"
+        # would stop at the first "E", "N" or "D". A list becomes a tuple, as the field's type says.
+        if isinstance(self.stop_strings, str):
+            object.__setattr__(self, "stop_strings", (self.stop_strings,))
+        elif isinstance(self.stop_strings, list):
+            object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
         validate_generation(self)
 
     @property

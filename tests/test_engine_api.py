@@ -80,6 +80,16 @@ def test_length_and_stop_strings(decoder):
     assert len(cut.token_ids) <= 9
 
 
+def test_one_stop_string_given_as_text_stops_at_that_string_not_at_any_of_its_characters(decoder):
+    full = decoder.generate([1, 2, 3, 1, 2], max_new_tokens=20)
+    stop = f"<{full.token_ids[7]}><{full.token_ids[8]}>"  # read character by character, "<" matches the first token
+    as_text = decoder.generate([1, 2, 3, 1, 2], max_new_tokens=20, stop_strings=stop)
+    assert as_text.token_ids == decoder.generate([1, 2, 3, 1, 2], max_new_tokens=20, stop_strings=(stop,)).token_ids
+    assert as_text.text.endswith(stop) and len(as_text.token_ids) >= 8
+    assert GenerationConfig(stop_strings=stop).stop_strings == (stop,)
+    assert GenerationConfig(stop_strings=[stop]).stop_strings == (stop,)
+
+
 def test_stream_yields_the_same_text_in_pieces(decoder):
     pieces = list(decoder.stream([1, 2, 3, 1, 2], max_new_tokens=25))
     assert len(pieces) > 3
