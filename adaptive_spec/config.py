@@ -32,7 +32,9 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         # transformers' GenerationConfig takes one stop string as a plain str; iterated as it is, "END"
         # would stop at the first "E", "N" or "D". A list becomes a tuple, as the field's type says.
-        if isinstance(self.stop_strings, str):
+        if self.stop_strings is None:  # as transformers takes it: none
+            object.__setattr__(self, "stop_strings", ())
+        elif isinstance(self.stop_strings, str):
             object.__setattr__(self, "stop_strings", (self.stop_strings,))
         elif isinstance(self.stop_strings, list):
             object.__setattr__(self, "stop_strings", tuple(self.stop_strings))

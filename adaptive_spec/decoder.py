@@ -365,6 +365,10 @@ class SpeculativeDecoder:
                 proposal = drafter.propose(context, plan.k, cfg, generator, early_stop=plan.early_stop)
         kept = session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
         drafts = proposal.tokens[:kept]
+        if drafts and not 0 <= min(drafts) <= max(drafts) < self.target.vocab_size:
+            # a clear error rather than the embedding's (on CUDA a device-side assert that breaks the process)
+            raise RuntimeError(f"drafter {drafter.name!r} drafted ids outside the vocabulary "
+                               f"[0, {self.target.vocab_size}): {drafts[:8]}")
         t1 = self._now()
 
         # 3. verify: one target pass over the pending token and every draft

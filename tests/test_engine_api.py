@@ -88,6 +88,22 @@ def test_one_stop_string_given_as_text_stops_at_that_string_not_at_any_of_its_ch
     assert as_text.text.endswith(stop) and len(as_text.token_ids) >= 8
     assert GenerationConfig(stop_strings=stop).stop_strings == (stop,)
     assert GenerationConfig(stop_strings=[stop]).stop_strings == (stop,)
+    assert GenerationConfig(stop_strings=None).stop_strings == ()  # as transformers: no stop string
+
+
+def test_a_drafter_drafting_ids_outside_the_vocabulary_is_one_clear_error_naming_it():
+    from adaptive_spec.drafters.base import Drafter, Proposal
+
+    class OutOfRange(Drafter):
+        name = "outside"
+
+        def propose(self, context, k, config, generator, early_stop=None):
+            return Proposal(tokens=[10_000][:k])
+
+    target = loaded(tiny_llama(seed=0))
+    with pytest.raises(RuntimeError, match=r"drafter 'outside' drafted ids outside the vocabulary"):
+        SpeculativeDecoder(target, [OutOfRange()]).generate([1, 2, 3], max_new_tokens=4,
+                                                             policy=StaticPolicy("outside", 2))
 
 
 def test_stream_yields_the_same_text_in_pieces(decoder):
