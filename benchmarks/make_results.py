@@ -473,6 +473,8 @@ def render(results_dir: Path = RESULTS_DIR, dates: dict[str, str] | None = None)
                                "Batched serving by concurrency, held-out prompts, again, at the profile's prices"),
         serve_batching_section(results_dir, dates, "serve_batching_test_perrow.json",
                                "Batched serving by concurrency, held-out prompts, drafts cut row by row"),
+        serve_batching_section(results_dir, dates, "serve_batching_test_perrow2.json",
+                               "Batched serving by concurrency, held-out prompts, drafts cut row by row, again"),
         serve_batching_bounded_section(results_dir, dates),
         serve_batching_unbounded_section(results_dir, dates),
         cap_pace_section(results_dir, dates),
