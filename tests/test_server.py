@@ -129,8 +129,12 @@ def test_speculation_extension_forces_plain_or_a_drafter(api):
 def test_models_health_version_and_metrics(api, served):
     url = served[0]
     assert [m.id for m in api.models.list()] == [MODEL]
+    assert api.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        api.models.retrieve("another-model")
     with client(url) as http:
         assert http.get("/health").json() == {"status": "ok"}
+        assert http.head("/health").status_code == 200  # a balancer's probe without a body
         assert http.get("/version").json()["version"]
         metrics = http.get("/metrics").text
     assert 'adaptive_spec_http_requests_total{method="POST",route="/v1/completions",status="200"}' in metrics

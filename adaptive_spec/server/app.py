@@ -1,4 +1,4 @@
-"""The OpenAI-compatible HTTP app: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``,
+"""The OpenAI-compatible HTTP app: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models`` (and ``/v1/models/{id}``),
 ``/health``, ``/version`` and ``/metrics``.
 
 ``create_app(load, model_name)`` returns a FastAPI app that loads its decoder in the background
@@ -135,7 +135,7 @@ def create_app(load: Callable, model_name: str, settings: Settings | None = None
     app.add_middleware(AnswerUnexpected)
     app.add_middleware(_CountRequests, metrics=service.metrics)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: balancers that probe without a body
     async def health() -> JSONResponse:
         status = service.status
         return JSONResponse({"status": status}, status_code=200 if status == "ok" else 503)
@@ -152,8 +152,15 @@ def create_app(load: Callable, model_name: str, settings: Settings | None = None
     @app.get("/v1/models")
     async def models(request: Request) -> dict:
         _authorize(request, service.settings)
-        return {"object": "list", "data": [{"id": service.model_name, "object": "model", "created": 0,
-                                            "owned_by": "adaptive-spec"}]}
+        return {"object": "list", "data": [_model_card(service.model_name)]}
+
+    @app.get("/v1/models/{model_id:path}")  # path: a served folder's name may hold slashes
+    async def model(request: Request, model_id: str) -> dict:
+        _authorize(request, service.settings)
+        if model_id != service.model_name:
+            raise APIError(404, f"model {model_id!r} is not served here; served: {service.model_name!r}",
+                           param="model", code="model_not_found")
+        return _model_card(model_id)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -164,6 +171,10 @@ def create_app(load: Callable, model_name: str, settings: Settings | None = None
         return await _generate(request, service, chat=True)
 
     return app
+
+
+def _model_card(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "adaptive-spec"}
 
 
 async def _generate(request: Request, service: Service, chat: bool):
