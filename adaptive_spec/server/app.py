@@ -1,5 +1,5 @@
-"""The OpenAI-compatible HTTP app: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models`` (and ``/v1/models/{id}``),
-``/health``, ``/version`` and ``/metrics``.
+"""The OpenAI-compatible HTTP app: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``
+(and ``/v1/models/{id}``), ``/health``, ``/version`` and ``/metrics``.
 
 ``create_app(load, model_name)`` returns a FastAPI app that loads its decoder in the background
 (``/health`` answers 503 until it is ready) and serves it through one ``EngineWorker``. Requests
