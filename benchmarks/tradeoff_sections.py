@@ -154,8 +154,8 @@ def _bound_again_choice(files: list[dict]) -> str:
     return "\n\n".join([
         "### Choosing the bound again",
         "The bound at 0.05 trailed drafting always on throughput at 4 requests on the held-out prompts in three "
-        "runs of four, behind in every round in the last two ([above](#batched-serving-by-concurrency-held-out-"
-        "prompts-again-at-the-profiles-prices)), while "
+        "runs of four, behind in every round in two of them (0.95× and 0.94×: [above](#batched-serving-by-"
+        "concurrency-held-out-prompts-again-at-the-profiles-prices)), while "
         "without a bound the p95 at 8 trailed plain decoding's. So bounds between were run on the dev prompts "
         "under the objective's rule, fixed before these runs were made: per bound, its worst median ratio "
         "against each fixed config, plain decoding included, over output tok/s and p95 at each concurrency; "
