@@ -320,10 +320,10 @@ def record_streams(decoder: SpeculativeDecoder, prompts: list[Prompt], max_new_t
     """Each prompt's token ids and its greedy answer's (plain decoding), by prompt id: a profile's
     ``streams``, on which the simulator runs prompt lookup as the engine does."""
     cfg = GenerationConfig(max_new_tokens=max_new_tokens)
-    check_prompts_fit(decoder, prompts, [decoder.encode_prompt(p.prompt) for p in prompts], cfg)
-    return {p.id: {"prompt": decoder.encode_prompt(p.prompt),
-                   "output": list(decoder.generate(p.prompt, cfg, policy=StaticPolicy(PLAIN, 0)).token_ids)}
-            for p in prompts}
+    encoded = [decoder.encode_prompt(p.prompt) for p in prompts]
+    check_prompts_fit(decoder, prompts, encoded, cfg)
+    return {p.id: {"prompt": ids, "output": list(decoder.generate(ids, cfg, policy=StaticPolicy(PLAIN, 0)).token_ids)}
+            for p, ids in zip(prompts, encoded)}
 
 
 def check_per_prompt(prompts: list[Prompt], source: object = "the prompts") -> None:

@@ -47,6 +47,14 @@ from policies.static import StaticPolicy
 log = logging.getLogger(__name__)
 
 _EMPTY = Proposal(tokens=[])
+
+
+def check_draft_ids(drafter: str, tokens: list[int], vocab_size: int) -> None:
+    """Drafted ids must lie in the target's vocabulary: checked before the forward, whose embedding
+    would raise for every row of a batch (on CUDA, a device-side assert that breaks the process)."""
+    if tokens and not 0 <= min(tokens) <= max(tokens) < vocab_size:
+        raise RuntimeError(f"drafter {drafter!r} drafted ids outside the vocabulary [0, {vocab_size}): {tokens[:8]}")
+
 # how often drafters' gauges (what they hold across requests) reach the observers, at most
 GAUGE_EVERY_S = 5.0
 
@@ -365,10 +373,7 @@ class SpeculativeDecoder:
                 proposal = drafter.propose(context, plan.k, cfg, generator, early_stop=plan.early_stop)
         kept = session.cut(plan, len(proposal.tokens), proposal.match_order, proposal.match_ambiguous)
         drafts = proposal.tokens[:kept]
-        if drafts and not 0 <= min(drafts) <= max(drafts) < self.target.vocab_size:
-            # a clear error rather than the embedding's (on CUDA a device-side assert that breaks the process)
-            raise RuntimeError(f"drafter {drafter.name!r} drafted ids outside the vocabulary "
-                               f"[0, {self.target.vocab_size}): {drafts[:8]}")
+        check_draft_ids(drafter.name, drafts, self.target.vocab_size)
         t1 = self._now()
 
         # 3. verify: one target pass over the pending token and every draft

@@ -41,7 +41,7 @@ import torch
 
 from adaptive_spec.batching.slots import Prefill, SlotCache
 from adaptive_spec.config import PREFILL_CHUNK, GenerationConfig, validate_draft_len
-from adaptive_spec.decoder import SpeculativeDecoder, _config
+from adaptive_spec.decoder import SpeculativeDecoder, _config, check_draft_ids
 from adaptive_spec.drafters.base import Proposal
 from adaptive_spec.errors import InvalidParameterError
 from adaptive_spec.observers import RequestInfo
@@ -464,10 +464,7 @@ class BatchedDecoder:
         """The row's draft; a drafter that fails costs that row its draft (a plain step), not the batch."""
         try:
             proposal = drafter.propose(row.context, k, row.config, row.generator)
-            # checked here, not left to the forward: an id outside the embedding fails the step of every row
-            vocab = self.decoder.target.vocab_size
-            if any(not 0 <= token < vocab for token in proposal.tokens):
-                raise ValueError(f"drafted ids outside the vocabulary [0, {vocab}): {proposal.tokens[:8]}")
+            check_draft_ids(drafter.name, proposal.tokens, self.decoder.target.vocab_size)  # a failure like any other
             return proposal
         except Exception:  # noqa: BLE001 - any drafter bug; the verifier keeps the output exact either way
             if drafter.name not in self._failed_drafters:
